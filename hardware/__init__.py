@@ -1,0 +1,45 @@
+"""Hardware and model facts, deployments, and the roofline step-time model.
+
+Every preset number carries its source (``Device.sources`` / ``LLMSpec.sources``).
+"""
+
+from hardware.deploy import (
+    Deployment,
+    InfeasibleError,
+    activation_reserve_bytes,
+    make_deployment,
+)
+from hardware.devices import (
+    Device,
+    get_device,
+    list_devices,
+    load_devices,
+    register_device,
+)
+from hardware.llm import LLMSpec, get_model, list_models, register_model
+from hardware.roofline import (
+    RooflineParams,
+    effective_bandwidth,
+    iteration_time,
+    roofline_params,
+)
+
+__all__ = [
+    "Deployment",
+    "Device",
+    "InfeasibleError",
+    "LLMSpec",
+    "RooflineParams",
+    "activation_reserve_bytes",
+    "effective_bandwidth",
+    "get_device",
+    "get_model",
+    "iteration_time",
+    "list_devices",
+    "list_models",
+    "load_devices",
+    "make_deployment",
+    "register_device",
+    "register_model",
+    "roofline_params",
+]

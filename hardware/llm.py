@@ -1,0 +1,124 @@
+"""Decoder-only LLM shapes: what a memory manager and a roofline need to know.
+
+Presets live in ``hardware/_model_presets.py``, each number with its source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hardware._registry import Registry, check_positive, check_sources
+
+__all__ = [
+    "NUMERIC_FIELDS",
+    "LLMSpec",
+    "get_model",
+    "list_models",
+    "register_model",
+]
+
+NUMERIC_FIELDS = (
+    "n_layers",
+    "hidden_size",
+    "n_heads",
+    "n_kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "n_params",
+    "dtype_bytes",
+    "max_position",
+)
+_INT_FIELDS = NUMERIC_FIELDS[:-2] + ("max_position",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LLMSpec:
+    """Shapes of one model; byte counts assume ``dtype_bytes`` per weight/KV value."""
+
+    name: str
+    n_layers: int
+    hidden_size: int
+    n_heads: int  # query heads
+    n_kv_heads: int  # key/value heads (GQA); == n_heads for MHA
+    head_dim: int
+    intermediate_size: int  # MLP inner width (ffn_dim for OPT)
+    vocab_size: int
+    n_params: int  # total parameter count, embeddings included
+    dtype_bytes: float = 2  # bytes per weight and per KV value (fp16/bf16)
+    max_position: int  # context limit (max_position_embeddings)
+    sources: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(
+                f"LLMSpec: field 'name' must be a non-empty string, got {self.name!r}"
+            )
+        owner = f"LLMSpec {self.name!r}"
+        for field in _INT_FIELDS:
+            check_positive(owner, field, getattr(self, field), integer=True)
+        check_positive(owner, "dtype_bytes", self.dtype_bytes)
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"{owner}: field 'n_kv_heads' ({self.n_kv_heads}) must divide "
+                f"n_heads ({self.n_heads})"
+            )
+        object.__setattr__(self, "sources", check_sources(owner, self.sources))
+
+    @property
+    def kv_bytes_per_token_layer(self) -> float:
+        """Bytes of K and V one token stores in one layer (all KV heads)."""
+        return 2 * self.n_kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """Bytes of K and V one token stores across all layers."""
+        return self.n_layers * self.kv_bytes_per_token_layer
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.n_params * self.dtype_bytes
+
+    @property
+    def attn_flops_per_ctx_token(self) -> float:
+        """FLOPs one new token spends per cached token it attends to (QK^T and AV)."""
+        return 4 * self.n_layers * self.n_heads * self.head_dim
+
+    def flops_per_token(self, context_tokens):
+        """FLOPs to produce one token attending to ``context_tokens`` cached tokens.
+
+        ``2 * n_params`` for the matmuls plus the attention term; works on floats,
+        NumPy and traced JAX arrays (arithmetic only).
+        """
+        return 2 * self.n_params + self.attn_flops_per_ctx_token * context_tokens
+
+    def source(self, field: str) -> str | None:
+        """Where ``field`` came from, or None if no source is recorded."""
+        return dict(self.sources).get(field)
+
+
+_MODELS: Registry[LLMSpec] = Registry("model")
+
+
+def register_model(model: LLMSpec, *, overwrite: bool = False) -> LLMSpec:
+    """Add ``model`` to the registry (names are case-insensitive)."""
+    if not isinstance(model, LLMSpec):
+        raise TypeError(f"register_model expects an LLMSpec, got {model!r}")
+    return _MODELS.register(model, overwrite=overwrite)
+
+
+def get_model(name: str) -> LLMSpec:
+    """The registered model called ``name``; ValueError lists the known names."""
+    return _MODELS.get(name)
+
+
+def list_models() -> list[str]:
+    """Registered model names, sorted."""
+    return _MODELS.names()
+
+
+from hardware import _model_presets  # (registers the presets)
+
+for _model in _model_presets.PRESETS:
+    register_model(_model)
+del _model

@@ -1,0 +1,140 @@
+"""Shared parts of the continuous-batching server simulators.
+
+A simulator is a pure ``step(state) -> (state, trace)`` under ``lax.scan`` over a fixed
+table of ``n_slots`` running requests. This module holds what every memory system shares:
+the static/traced server configuration, the slot table, FCFS prefix admission, slot
+assignment, the latency histograms and the metric accumulators.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from models import relax
+
+__all__ = [
+    "ServerConfig",
+    "Slots",
+    "Acc",
+    "init_slots",
+    "init_acc",
+    "prefix_fit",
+    "assign_free_slots",
+    "hist_add",
+    "hist_quantile",
+    "LAT_EDGES",
+]
+
+# Latency histogram: 20 log-spaced bins per decade from 1 ms to 10^4 s (bin 0 catches
+# anything below 1 ms, the last bin anything above).
+LAT_EDGES = jnp.logspace(-3.0, 4.0, 141, dtype=jnp.float32)
+
+
+@struct.dataclass
+class ServerConfig:
+    capacity_tokens: jax.Array   # [] KV tokens the replica holds
+    max_batch: jax.Array         # [] running requests at most (vLLM max_num_seqs)
+    max_prefill: jax.Array       # [] prefill tokens per iteration (first admission exempt)
+    ttft_slo_s: jax.Array        # [] TTFT SLO for the attainment metric
+    tpot_slo_s: jax.Array        # [] TPOT SLO for the attainment metric
+    token_scale: jax.Array       # [] tokens per unit temperature in token comparisons
+    kv_bytes_per_token: jax.Array  # [] per device, for migration copies
+    n_slots: int = struct.field(pytree_node=False, default=256)
+    admit_window: int = struct.field(pytree_node=False, default=16)
+    max_len: int = struct.field(pytree_node=False, default=4096)
+
+
+@struct.dataclass
+class Slots:
+    req: jax.Array        # [S] int32 request index, -1 when empty
+    status: jax.Array     # [S] int32 0 empty, 1 running, 2 preempted (waiting)
+    prompt: jax.Array     # [S] int32
+    output: jax.Array     # [S] int32 realised output length
+    gen: jax.Array        # [S] int32 tokens generated so far
+    reserved: jax.Array   # [S] float32 KV tokens held (prompt + output reservation)
+    peak_res: jax.Array   # [S] float32 largest reservation held so far
+    r_admit: jax.Array    # [S] float32 output reservation at first admission
+    large: jax.Array      # [S] float32 1 if the block lives in the large pool
+    weight: jax.Array     # [S] float32 admission weight (1 forward; soft gradient)
+    arrival: jax.Array    # [S] float32
+    t_admit: jax.Array    # [S] float32 clock when first admitted
+    t_first: jax.Array    # [S] float32 first-token time
+
+
+def init_slots(n: int) -> Slots:
+    zi = jnp.zeros(n, jnp.int32)
+    zf = jnp.zeros(n, jnp.float32)
+    return Slots(req=zi - 1, status=zi, prompt=zi, output=zi, gen=zi, reserved=zf,
+                 peak_res=zf, r_admit=zf, large=zf, weight=zf, arrival=zf, t_admit=zf,
+                 t_first=zf)
+
+
+@struct.dataclass
+class Acc:
+    """Metric accumulators (weighted by the admission weight of each request)."""
+
+    completed: jax.Array     # [] requests finished
+    tokens: jax.Array        # [] output tokens of finished requests
+    actual_kv: jax.Array     # [] sum of prompt + output of finished requests
+    reserved_kv: jax.Array   # [] sum of their largest reservation
+    fit: jax.Array           # [] finished requests whose output <= r_admit
+    migrations: jax.Array    # []
+    preemptions: jax.Array   # []
+    stalls: jax.Array        # [] slot-iterations without progress
+    dropped: jax.Array       # []
+    queue_s: jax.Array       # [] summed queueing delay (admission - arrival)
+    ttft_ok: jax.Array       # [] (soft) count of finished requests within the TTFT SLO
+    tpot_ok: jax.Array       # [] (soft) count within the TPOT SLO
+    ttft_hist: jax.Array     # [141] latency histogram counts
+    tpot_hist: jax.Array     # [141]
+    peak_kv: jax.Array       # [] largest reserved KV tokens during an iteration
+    max_use: jax.Array       # [] largest used/size over pools and iterations
+    busy_s: jax.Array        # [] summed iteration time
+    iters: jax.Array         # [] iterations with work
+
+
+def init_acc() -> Acc:
+    z = jnp.zeros((), jnp.float32)
+    h = jnp.zeros(LAT_EDGES.shape, jnp.float32)
+    return Acc(completed=z, tokens=z, actual_kv=z, reserved_kv=z, fit=z, migrations=z,
+               preemptions=z, stalls=z, dropped=z, queue_s=z, ttft_ok=z, tpot_ok=z,
+               ttft_hist=h, tpot_hist=h, peak_kv=z, max_use=z, busy_s=z, iters=z)
+
+
+def prefix_fit(need, free, mask, t, scale):
+    """Prefix rule: item i passes iff the summed ``need`` of masked items up to i fits.
+
+    Returns the soft gate (hard at t = 0). The gradient flows through this iteration's
+    ``need`` only: ``free`` (occupancy built by earlier decisions) is stop-gradiented, the
+    fix for exploding gradients through chains of admissions.
+    """
+    cum = jnp.cumsum(jnp.where(mask, need, 0.0))
+    gate = relax.soft_ge(jax.lax.stop_gradient(free) - cum, 0.0, t, scale)
+    return jnp.where(mask, gate, 0.0)
+
+
+def assign_free_slots(free_mask, n_new):
+    """Slot s takes the k-th new item iff it is the k-th free slot (k < n_new).
+
+    Returns ``(take [S] bool, k [S] int32)``.
+    """
+    rank = jnp.cumsum(free_mask.astype(jnp.int32)) - 1
+    take = free_mask & (rank < n_new)
+    return take, jnp.where(take, rank, 0)
+
+
+def hist_add(hist, values, weights):
+    """Add ``weights`` at the latency bins of ``values`` (seconds)."""
+    idx = jnp.searchsorted(LAT_EDGES, values)
+    idx = jnp.clip(idx, 0, LAT_EDGES.shape[0] - 1)
+    return hist.at[idx].add(weights)
+
+
+def hist_quantile(hist, q):
+    """Upper bin edge at which the histogram's CDF reaches ``q`` (nan when empty)."""
+    total = jnp.sum(hist)
+    cdf = jnp.cumsum(hist) / jnp.maximum(total, 1e-9)
+    idx = jnp.argmax(cdf >= q - 1e-6)
+    return jnp.where(total > 0, LAT_EDGES[idx], jnp.nan)

@@ -1,0 +1,60 @@
+"""The memory systems this package simulates, registered by name.
+
+Bucketed family (``models.bucketed``): ``static``, ``paged``, ``s3``, ``odma``. The
+elastic (eLLM), priced-eviction (Token-PD) and parameter-dropping (KunServe) families
+register here the same way when they land.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.registry import ParamSpec, SystemSpec, register_system
+
+__all__ = ["STATIC", "PAGED", "S3", "ODMA"]
+
+ODMA_SRC = ("ODMA strategy paper (shared/seeds/odma-strategy.txt, III-B..D): gamma = 0.2, "
+            "tau = 0.8, B = 4 buckets, window 10,000, refresh every 1,000 requests; the "
+            "quantile levels and large-pool share are not published (our choice: "
+            "p = 0.5/0.9/0.99, large share 0.1).")
+
+STATIC = register_system(SystemSpec(
+    name="static", family="bucketed",
+    doc="Worst-case pre-allocation of max_len output tokens per request "
+        "(the ODMA papers' Cambricon-vLLM baseline).",
+    params=(), defaults=lambda max_len: {}, baseline="static"))
+
+PAGED = register_system(SystemSpec(
+    name="paged", family="bucketed",
+    doc="vLLM-style paged KV: blocks of block_size tokens allocated on demand; scattered "
+        "block reads pay the device's random-access penalty; preemption by recompute.",
+    params=(ParamSpec("block_size", "integer", "tokens",
+                      "KV block size (vLLM default 16)", tunable=False),),
+    defaults=lambda max_len: {"block_size": 16.0}, baseline="static",
+    sources=("vLLM default block_size=16 (PagedAttention, SOSP'23)",)))
+
+S3 = register_system(SystemSpec(
+    name="s3", family="bucketed",
+    doc="S3-style static buckets: the smallest fixed bound >= the prediction; an "
+        "under-predicted request is preempted and re-admitted with max_len.",
+    params=(ParamSpec("bounds", "ordered_positive", "tokens",
+                      "fixed bucket upper bounds (below max_len)"),),
+    defaults=lambda max_len: {"bounds": np.round(np.arange(1, 10) * max_len / 10.0)},
+    baseline="static",
+    sources=("S3 (Jin et al. 2023) splits the length range into equal-width buckets; "
+             "10 buckets assumed here",)))
+
+ODMA = register_system(SystemSpec(
+    name="odma", family="bucketed",
+    doc="ODMA: inflated predictions L(1+gamma*u), u > tau routed to a large-bucket pool, "
+        "bucket bounds = sliding-window quantiles, mid-decode migration on overflow.",
+    params=(
+        ParamSpec("levels", "ordered_unit", "quantile level", "bucket bounds Q_p of the window"),
+        ParamSpec("gamma", "interval", "1", "inflation factor for uncertainty", 0.0, 4.0),
+        ParamSpec("tau", "interval", "1", "uncertainty routing threshold", 0.0, 1.0),
+        ParamSpec("large_share", "interval", "share of KV capacity",
+                  "large-bucket (safety) pool", 0.0, 0.9),
+    ),
+    defaults=lambda max_len: {"levels": [0.5, 0.9, 0.99], "gamma": 0.2, "tau": 0.8,
+                              "large_share": 0.1},
+    baseline="static", sources=(ODMA_SRC,)))

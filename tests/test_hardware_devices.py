@@ -1,0 +1,128 @@
+"""Device presets, validation, the registry, and device files (JSON / TOML)."""
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+import hardware as hw
+from hardware import devices as devices_mod
+
+GiB = 2**30
+
+
+def test_every_device_number_has_a_source():
+    for name in hw.list_devices():
+        dev = hw.get_device(name)
+        if name.startswith("test-"):
+            continue
+        for field in devices_mod.NUMERIC_FIELDS:
+            assert dev.source(field), f"{name}.{field} has no source"
+
+
+def test_device_validation():
+    base = hw.get_device("a100-80gb")
+    for field, bad in (
+        ("alpha", 0.0),
+        ("alpha", 1.5),
+        ("memory_bytes", -1.0),
+        ("stream_bw", "fast"),
+        ("burst_bytes", math.nan),
+    ):
+        with pytest.raises(ValueError, match=field):
+            dataclasses.replace(base, **{field: bad})
+
+
+def test_register_conflict_needs_overwrite():
+    dev = dataclasses.replace(hw.get_device("a100-80gb"), name="test-dup")
+    hw.register_device(dev)
+    hw.register_device(dev)  # identical: fine
+    other = dataclasses.replace(dev, alpha=0.5)
+    with pytest.raises(ValueError, match="already registered"):
+        hw.register_device(other)
+    assert hw.register_device(other, overwrite=True) is hw.get_device("test-dup")
+
+
+_FILE_DEV = {
+    "name": "test-json-dev",
+    "memory_bytes": 16 * GiB,
+    "stream_bw": 1e11,
+    "alpha": 0.4,
+    "burst_bytes": 512,
+    "peak_flops": 5e13,
+    "host_link_bw": 1.6e10,
+    "network_bw": 1.25e10,
+    "memory_kind": "LPDDR4X",
+}
+
+
+def test_load_devices_json(tmp_path):
+    path = tmp_path / "devs.json"
+    second = dict(_FILE_DEV, name="test-json-dev2", sources={"alpha": "my bench"})
+    path.write_text(json.dumps([_FILE_DEV, second]))
+    devs = hw.load_devices(path, overwrite=True)
+    assert [d.name for d in devs] == ["test-json-dev", "test-json-dev2"]
+    assert hw.get_device("test-json-dev").burst_bytes == 512.0
+    assert hw.get_device("test-json-dev2").source("alpha") == "my bench"
+    assert str(path) in hw.get_device("test-json-dev").source("stream_bw")
+
+
+def test_load_devices_toml(tmp_path):
+    path = tmp_path / "devs.toml"
+    path.write_text(
+        '[[device]]\nname = "test-toml-dev"\nmemory_bytes = 25769803776\n'
+        "stream_bw = 2e11\nalpha = 0.6\nburst_bytes = 1024\npeak_flops = 1e14\n"
+        'host_link_bw = 3.2e10\nnetwork_bw = 1.25e10\nmemory_kind = "LPDDR5"\n'
+        '[device.sources]\nalpha = "lab measurement"\n'
+    )
+    (dev,) = hw.load_devices(path, overwrite=True)
+    assert dev == hw.get_device("test-toml-dev")
+    assert dev.memory_bytes == 24 * GiB and dev.source("alpha") == "lab measurement"
+    single = tmp_path / "one.toml"
+    single.write_text(
+        path.read_text()
+        .replace("[[device]]\n", "")
+        .replace("[device.sources]", "[sources]")
+        .replace("test-toml-dev", "test-toml-one")
+    )
+    assert hw.load_devices(single, overwrite=True)[0].name == "test-toml-one"
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"colour": "red"}, "colour"),
+        ({"stream_bw": None}, "stream_bw"),
+        ({"alpha": 0.0}, "alpha"),
+        ({"peak_flops": "96T"}, "peak_flops"),
+    ],
+)
+def test_load_devices_bad_fields_name_file_and_field(tmp_path, change, field):
+    rec = {k: v for k, v in {**_FILE_DEV, **change}.items() if v is not None}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(rec))
+    with pytest.raises(ValueError) as err:
+        hw.load_devices(path)
+    assert str(path) in str(err.value) and repr(field) in str(err.value)
+
+
+def test_load_devices_bad_files(tmp_path):
+    bad = tmp_path / "x.yaml"
+    bad.write_text("{}")
+    with pytest.raises(ValueError, match="json or .toml"):
+        hw.load_devices(bad)
+    broken = tmp_path / "b.toml"
+    broken.write_text("name = ")
+    with pytest.raises(ValueError, match="not valid TOML"):
+        hw.load_devices(broken)
+
+
+def test_load_devices_is_all_or_nothing(tmp_path):
+    clash = dict(_FILE_DEV, name="a100-80gb")  # conflicts with the preset
+    path = tmp_path / "clash.json"
+    path.write_text(json.dumps({"device": [dict(_FILE_DEV, name="test-new"), clash]}))
+    with pytest.raises(ValueError, match="already registered"):
+        hw.load_devices(path)
+    assert "test-new" not in hw.list_devices()
+    assert hw.get_device("a100-80gb").stream_bw == 2.039e12
