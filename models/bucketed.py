@@ -20,7 +20,7 @@ from flax import struct
 from hardware import iteration_time
 from models import relax
 from models.server import (Acc, ServerConfig, Slots, assign_free_slots, hist_add,
-                           prefix_fit)
+                           prefix_fit, prefix_sum)
 from models.workload import Workload
 
 __all__ = ["KINDS", "Window", "Record", "SimState", "reserve", "step", "refresh",
@@ -67,7 +67,8 @@ class SimState:
 def _pool_sizes(cfg, params, kind):
     cap = cfg.capacity_tokens
     if kind == "odma":
-        large = jnp.floor(params["large_share"] * cap)
+        raw = params["large_share"] * cap
+        large = raw - jax.lax.stop_gradient(raw - jnp.floor(raw))  # floor, slope 1
         return cap - large, large
     return cap, jnp.zeros_like(cap)
 
@@ -116,7 +117,7 @@ def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, kind):
     held = jnp.where(running, sl.reserved, 0.0)
     used_l = jnp.sum(held * sl.large)
     used_n = jnp.sum(held) - used_l
-    over_g = relax.soft_gt(ctx + 1.0, sl.reserved, t, scale) * running
+    over_g = relax.soft_gt(ctx + 1.0, sl.reserved, t, scale, margin=0.25) * running
     over = relax.hard(over_g) & running
     if kind == "static":
         over = jnp.zeros_like(over)
@@ -126,17 +127,16 @@ def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, kind):
     reserved, large, peak_res = sl.reserved, sl.large, sl.peak_res
     if kind == "paged":
         k = params["block_size"]
-        grant_g = prefix_fit(jnp.full(over.shape, k), size_n - used_n, over, t, scale)
+        grant_g = prefix_fit(jnp.full(over.shape, k), size_n, used_n, over, t, scale)
         granted = over & relax.hard(grant_g)
         reserved = jnp.where(granted, reserved + k, reserved)
         preempt = over & ~granted
     elif kind in ("s3", "odma"):
         need = (sl.prompt + max_len).astype(jnp.float32)
-        free = (size_l - used_l) if kind == "odma" else (size_n - used_n)
-        grant_g = prefix_fit(need, free, over, t, scale)
+        size, used = (size_l, used_l) if kind == "odma" else (size_n, used_n)
+        grant_g = prefix_fit(need, size, used, over, t, scale)
         granted = over & relax.hard(grant_g)
-        w_mig = relax.straight_through(jnp.maximum(grant_g, 1e-6)) * relax.straight_through(
-            jnp.maximum(over_g, 1e-6))
+        w_mig = grant_g * over_g  # soft weight of the event (1 in exact mode)
         copy_bytes = jnp.sum(jnp.where(granted, w_mig * ctx, 0.0)) * cfg.kv_bytes_per_token
         acc = acc.replace(migrations=acc.migrations + jnp.sum(jnp.where(granted, w_mig, 0.0)))
         reserved = jnp.where(granted, need, reserved)
@@ -164,12 +164,12 @@ def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, kind):
     if kind in PREEMPTING:  # slots preempted in this iteration wait at least one
         waiting = (status == 2) & ~preempt
         need_p = _need_resume(kind, params, ctx, sl.prompt, cfg)
-        free_p = (size_l - used_l) if kind == "odma" else (size_n - used_n)
-        fit_p = relax.hard(prefix_fit(need_p, free_p, waiting, t, scale))
-        rank_p = jnp.cumsum(waiting) - 1
+        size, used = (size_l, used_l) if kind == "odma" else (size_n, used_n)
+        fit_p = relax.hard(prefix_fit(need_p, size, used, waiting, t, scale))
+        rank_p = prefix_sum(waiting) - 1
         ok_p = waiting & fit_p & (n_run + rank_p < cfg.max_batch)
         fail = waiting & ~ok_p
-        resumed = ok_p & (jnp.cumsum(fail) == 0)
+        resumed = ok_p & (prefix_sum(fail) == 0)
         status = jnp.where(resumed, 1, status)
         reserved = jnp.where(resumed, need_p, reserved)
         large = jnp.where(resumed, migr_large, large)
@@ -192,17 +192,19 @@ def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, kind):
     in_large = relax.hard(large_soft) if kind == "odma" else jnp.zeros(a, bool)
     need = c_prompt + r
     gate = jnp.where(in_large,
-                     prefix_fit(need, size_l - used_l, ok_idx & in_large, t, scale),
-                     prefix_fit(need, size_n - used_n, ok_idx & ~in_large, t, scale))
+                     prefix_fit(need, size_l, used_l, ok_idx & in_large, t, scale),
+                     prefix_fit(need, size_n, used_n, ok_idx & ~in_large, t, scale))
     rank = jnp.arange(a)
     n_free = jnp.sum(status == 0)
-    cum_prompt = jnp.cumsum(c_prompt)
+    cum_prompt = prefix_sum(c_prompt)
     ok = (ok_idx & (wl.arrival_s[cc] <= clock) & (rank < n_free)
           & (n_run + rank < cfg.max_batch) & ((cum_prompt <= cfg.max_prefill) | (rank == 0))
           & relax.hard(gate) & ~any_waiting)
     admitted = jnp.cumprod(ok.astype(jnp.int32)).astype(bool)
     n_adm = jnp.sum(admitted)
-    w_c = relax.straight_through(jnp.maximum(gate, 1e-6))
+    # the structure (who is admitted) is hard; what an admitted request contributes is
+    # weighted by its soft gate (>= 0.5 when admitted, -> 1 as T -> 0; 1 in exact mode)
+    w_c = gate
     take, kk = assign_free_slots(status == 0, n_adm)
     pick = lambda x, old: jnp.where(take, x[kk], old)  # noqa: E731
     sl_req = pick(cand, sl.req)
@@ -263,7 +265,7 @@ def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, kind):
     wd = jnp.where(done, weight, 0.0)
     ttft = t_first - arrival
     tpot = jnp.where(output > 1, (clock - t_first) / jnp.maximum(output - 1, 1), 0.0)
-    fit = relax.soft_ge(r_admit, output.astype(jnp.float32), t, scale)
+    fit = relax.soft_ge(r_admit, output.astype(jnp.float32), t, scale, margin=0.25)
     acc = acc.replace(
         completed=acc.completed + jnp.sum(wd),
         tokens=acc.tokens + jnp.sum(wd * output),
@@ -306,7 +308,7 @@ def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, kind):
 
 def _window_add(win: Window, lengths, done):
     w = win.ring.shape[0]
-    pos = (win.ptr + jnp.cumsum(done) - 1) % w
+    pos = (win.ptr + prefix_sum(done) - 1) % w
     pos = jnp.where(done, pos, w)
     old = win.ring[jnp.minimum(pos, w - 1)]
     ones = jnp.where(done, 1.0, 0.0)
@@ -319,7 +321,7 @@ def _window_add(win: Window, lengths, done):
 
 def refresh(win: Window, params, t, refresh_every):
     """Recompute bounds as window quantiles if enough completions arrived (step 7)."""
-    cdf = jnp.cumsum(win.hist) / jnp.sum(win.hist)
+    cdf = prefix_sum(win.hist) / jnp.sum(win.hist)
     fresh = relax.quantile_from_cdf(cdf, params["levels"], t)
     due = win.since >= refresh_every
     return win.replace(bounds=jnp.where(due, fresh, win.bounds),

@@ -24,17 +24,25 @@ def _safe(t):
     return jnp.where(t > 0, t, 1.0)
 
 
-def soft_ge(x, y, t, scale=1.0):
-    """P(x >= y): ``sigmoid((x - y) / (t * scale))`` for t > 0, the indicator at t = 0."""
+def soft_ge(x, y, t, scale=1.0, margin=0.0):
+    """P(x >= y): ``sigmoid((x - y + margin) / (t * scale))`` for t > 0, else x >= y.
+
+    For token counts pass ``margin=0.25``: a tie then relaxes to a gate that tends to 1
+    as t -> 0 instead of sticking at 1/2, and the hard decision ``gate >= 1/2`` equals
+    ``x >= y`` for every t whenever x - y lies on the half-token grid (integer counts, and
+    the half-token bounds a tied soft quantile gives).
+    """
+    x, y = jnp.asarray(x), jnp.asarray(y)
     s = _safe(t) * scale
-    soft = jax.nn.sigmoid((x - y) / s)
+    soft = jax.nn.sigmoid((x - y + margin) / s)
     return jnp.where(t > 0, soft, (x >= y).astype(soft.dtype))
 
 
-def soft_gt(x, y, t, scale=1.0):
-    """P(x > y); equal to :func:`soft_ge` for t > 0, strict at t = 0."""
+def soft_gt(x, y, t, scale=1.0, margin=0.0):
+    """P(x > y): ``sigmoid((x - y - margin) / (t * scale))`` for t > 0, else x > y."""
+    x, y = jnp.asarray(x), jnp.asarray(y)
     s = _safe(t) * scale
-    soft = jax.nn.sigmoid((x - y) / s)
+    soft = jax.nn.sigmoid((x - y - margin) / s)
     return jnp.where(t > 0, soft, (x > y).astype(soft.dtype))
 
 
@@ -66,7 +74,8 @@ def quantile_from_cdf(cdf, p, t):
 
     Exact at t = 0 (counts the x with F(x) < p); for t > 0 each indicator becomes a
     sigmoid in ``p`` (scale: probability), so the bound is smooth in the level ``p``.
-    ``p`` may have leading axes; the result has p's shape.
+    ``p`` may have leading axes; the result has p's shape. (A level exactly on the CDF,
+    F(x) == p, relaxes to 1/2: half a token of bias, only for such ties.)
     """
     p = jnp.asarray(p)
     below = soft_gt(p[..., None], cdf, t)  # F(x) < p

@@ -25,6 +25,7 @@ __all__ = [
     "hist_add",
     "hist_quantile",
     "LAT_EDGES",
+    "prefix_sum",
 ]
 
 # Latency histogram: 20 log-spaced bins per decade from 1 ms to 10^4 s (bin 0 catches
@@ -103,15 +104,39 @@ def init_acc() -> Acc:
                ttft_hist=h, tpot_hist=h, peak_kv=z, max_use=z, busy_s=z, iters=z)
 
 
-def prefix_fit(need, free, mask, t, scale):
-    """Prefix rule: item i passes iff the summed ``need`` of masked items up to i fits.
+def prefix_sum(x):
+    """Inclusive prefix sum over the last axis.
+
+    XLA's CPU cumsum is slow for the short vectors of a slot table; for lengths divisible
+    by 16 this does it as two small triangular matmuls over 16-blocks (exact for integer
+    valued float32 sums below 2**24). Integer and boolean inputs are summed as float32
+    and cast back.
+    """
+    n = x.shape[-1]
+    if n % 16 or n < 32:
+        return jnp.cumsum(x, axis=-1)
+    dtype = x.dtype
+    xf = x.astype(jnp.float32)
+    tri = jnp.triu(jnp.ones((16, 16), jnp.float32))
+    blocks = xf.reshape(x.shape[:-1] + (n // 16, 16)) @ tri
+    offsets = blocks[..., -1] @ jnp.triu(jnp.ones((n // 16, n // 16), jnp.float32), 1)
+    out = (blocks + offsets[..., None]).reshape(x.shape)
+    if jnp.issubdtype(dtype, jnp.floating):
+        return out.astype(dtype)
+    return jnp.round(out).astype(jnp.int32)
+
+
+def prefix_fit(need, size, used, mask, t, scale):
+    """Prefix rule: item i passes iff the summed ``need`` of masked items up to i fits in
+    ``size - used``.
 
     Returns the soft gate (hard at t = 0). The gradient flows through this iteration's
-    ``need`` only: ``free`` (occupancy built by earlier decisions) is stop-gradiented, the
-    fix for exploding gradients through chains of admissions.
+    ``need`` and the pool ``size``; ``used`` (occupancy built by earlier decisions) is
+    stop-gradiented, the fix for exploding gradients through chains of admissions.
     """
-    cum = jnp.cumsum(jnp.where(mask, need, 0.0))
-    gate = relax.soft_ge(jax.lax.stop_gradient(free) - cum, 0.0, t, scale)
+    cum = prefix_sum(jnp.where(mask, need, 0.0))
+    free = size - jax.lax.stop_gradient(used)
+    gate = relax.soft_ge(free - cum, 0.0, t, scale, margin=0.25)
     return jnp.where(mask, gate, 0.0)
 
 
@@ -120,15 +145,16 @@ def assign_free_slots(free_mask, n_new):
 
     Returns ``(take [S] bool, k [S] int32)``.
     """
-    rank = jnp.cumsum(free_mask.astype(jnp.int32)) - 1
+    rank = prefix_sum(free_mask.astype(jnp.int32)) - 1
     take = free_mask & (rank < n_new)
     return take, jnp.where(take, rank, 0)
 
 
 def hist_add(hist, values, weights):
     """Add ``weights`` at the latency bins of ``values`` (seconds)."""
-    idx = jnp.searchsorted(LAT_EDGES, values)
-    idx = jnp.clip(idx, 0, LAT_EDGES.shape[0] - 1)
+    # index of the first edge >= value (edges are 10**(-3 + i/20)), by arithmetic
+    pos = jnp.ceil((jnp.log10(jnp.maximum(values, 1e-4)) + 3.0) * 20.0 - 1e-4)
+    idx = jnp.clip(pos, 0, LAT_EDGES.shape[0] - 1).astype(jnp.int32)
     return hist.at[idx].add(weights)
 
 

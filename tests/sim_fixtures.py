@@ -1,0 +1,81 @@
+"""Small shared builders for simulator tests: real-trace workloads, configs, runners."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+
+import hardware
+from models import ServerConfig, SimOptions, get_system, make_workload, metrics
+from models import simulate_until_done
+from tests.reference_bucketed import simulate_reference
+
+TRACES = Path(os.environ.get("KVTUNE_TRACES", Path(__file__).resolve().parents[2]
+                             / "shared" / "traces"))
+DEP = hardware.make_deployment("mlu370-x4", "deepseek-r1-distill-qwen-7b", tp=1)
+HW = hardware.roofline_params(DEP)
+HW32 = type(HW)(*[np.float32(x) for x in HW])
+KVB = float(DEP.kv_bytes_per_token_per_device)
+
+
+def trace_workload(name: str, start: int, n: int, *, max_len: int, seed: int = 0,
+                   max_prompt: int = 4000, pad_to: int | None = None):
+    """A slice of a real trace with predictions drawn from the shipped error model."""
+    from tuner.error_model import load_default_error_model
+    from tuner.traces import load_trace
+
+    tr = load_trace(TRACES / name)
+    sl = slice(start, start + n)
+    out = np.minimum(tr.output_tokens[sl], max_len)
+    pred, u = load_default_error_model().sample(out, seed)
+    arr = tr.arrival_s[sl] - tr.arrival_s[sl][0]
+    return make_workload(arr, np.minimum(tr.prompt_tokens[sl], max_prompt), out,
+                         pred, u, pad_to=pad_to)
+
+
+def config(capacity, *, n_slots=32, admit_window=8, max_len=1024, max_batch=None,
+           max_prefill=4096.0):
+    return ServerConfig(
+        capacity_tokens=jnp.float32(capacity),
+        max_batch=jnp.int32(max_batch or n_slots), max_prefill=jnp.float32(max_prefill),
+        ttft_slo_s=jnp.float32(5.0), tpot_slo_s=jnp.float32(0.2),
+        token_scale=jnp.float32(32.0), kv_bytes_per_token=jnp.float32(KVB),
+        n_slots=n_slots, admit_window=admit_window, max_len=max_len)
+
+
+def params_for(kind, max_len, **over):
+    p = get_system(kind).default_params(max_len)
+    p.update({k: np.asarray(v, np.float32) for k, v in over.items()})
+    return {k: jnp.asarray(v) for k, v in p.items()}
+
+
+def opts_for(kind, record=True):
+    return SimOptions(kind, record=record, window=256, refresh_every=32, refresh_check=4)
+
+
+def run_jax(wl, cfg, kind, params, record=True, t=0.0):
+    opts = opts_for(kind, record)
+    st = simulate_until_done(wl, cfg, HW, params, opts, t=t, chunk_blocks=32)
+    return st, {k: float(v) for k, v in metrics(st, wl, cfg).items()}
+
+
+def run_reference(wl, cfg, kind, params):
+    def it(p, d, c, k, cb):
+        f = np.float32
+        return hardware.iteration_time(HW32, f(p), f(d), f(c), f(k), f(cb))
+
+    opts = opts_for(kind)
+    return simulate_reference(
+        np.asarray(wl.arrival_s), np.asarray(wl.prompt_tokens),
+        np.asarray(wl.output_tokens), np.asarray(wl.pred_tokens), np.asarray(wl.pred_u),
+        np.asarray(wl.valid), kind=kind,
+        params={k: np.asarray(v).tolist() for k, v in params.items()},
+        n_slots=cfg.n_slots, capacity=float(cfg.capacity_tokens),
+        max_batch=int(cfg.max_batch), max_prefill=float(cfg.max_prefill),
+        admit_window=cfg.admit_window, max_len=cfg.max_len, iteration_time=it,
+        kv_bytes_per_token=KVB, contiguous_chunk_tokens=cfg.max_len,
+        window=opts.window, refresh_every=opts.refresh_every,
+        refresh_check=opts.refresh_check)

@@ -1,0 +1,79 @@
+"""Objectives in physical units, composed from simulator metrics (higher is better).
+
+An objective is written as a spec string: a goal, then constraints, comma-separated::
+
+    tps,migration_rate<=0.005            # the default: the ODMA papers' target
+    tps+2000*kv_utilization,ttft_slo_attainment>=0.9
+
+The goal is a weighted sum of metrics. Every value is multiplied by the share of requests
+served (an unserved request is a failure, not a saving) and by ``exp(-v / scale)`` for each
+constraint violated by ``v`` (scale: the bound itself, or 1 for a zero bound), so a
+feasible policy scores its goal in the goal's own unit and the penalty is smooth.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import jax.numpy as jnp
+
+__all__ = ["Objective", "parse_objective", "DEFAULT_OBJECTIVE", "PRESETS", "METRIC_NAMES"]
+
+DEFAULT_OBJECTIVE = "tps,migration_rate<=0.005"
+PRESETS = {
+    "default": DEFAULT_OBJECTIVE,
+    "tps": "tps",
+    "tps_mig": DEFAULT_OBJECTIVE,
+    "utilization": "kv_utilization",
+    "goodput": "tps,ttft_slo_attainment>=0.9,tpot_slo_attainment>=0.9",
+    "slo": "ttft_slo_attainment+tpot_slo_attainment",
+}
+METRIC_NAMES = ("tps", "requests_per_s", "kv_utilization", "migration_rate", "migrations",
+                "preemptions", "accuracy", "ttft_slo_attainment", "tpot_slo_attainment",
+                "queue_delay_mean_s", "peak_kv_share", "stalls")
+_TERM = re.compile(r"^\s*(?:([0-9.eE+-]+)\s*\*\s*)?([a-z_0-9]+)\s*$")
+_CONS = re.compile(r"^\s*([a-z_0-9]+)\s*(<=|>=)\s*([0-9.eE+-]+)\s*$")
+
+
+@dataclass(frozen=True)
+class Objective:
+    spec: str
+    goal: tuple[tuple[float, str], ...]
+    constraints: tuple[tuple[str, str, float], ...]
+
+    def __call__(self, m: dict):
+        value = sum(w * m[name] for w, name in self.goal)
+        served = m["completed"] / jnp.maximum(m["completed"] + m["unserved"], 1e-9)
+        value = value * served
+        for name, op, bound in self.constraints:
+            viol = m[name] - bound if op == "<=" else bound - m[name]
+            scale = abs(bound) if bound != 0 else 1.0
+            value = value * jnp.exp(-jnp.maximum(viol, 0.0) / scale)
+        return value
+
+    def describe(self) -> str:
+        return self.spec
+
+
+def parse_objective(spec: str | None) -> Objective:
+    """Parse a spec or preset name; errors name the offending part."""
+    spec = PRESETS.get(spec or "default", spec)
+    parts = [p for p in spec.split(",") if p.strip()]
+    if not parts:
+        raise ValueError("objective: empty specification")
+    goal = []
+    for term in parts[0].split("+"):
+        m = _TERM.match(term)
+        if not m or m.group(2) not in METRIC_NAMES:
+            raise ValueError(f"objective: bad goal term {term.strip()!r}; metrics: "
+                             f"{', '.join(METRIC_NAMES)}; presets: {', '.join(PRESETS)}")
+        goal.append((float(m.group(1) or 1.0), m.group(2)))
+    cons = []
+    for c in parts[1:]:
+        m = _CONS.match(c)
+        if not m or m.group(1) not in METRIC_NAMES:
+            raise ValueError(f"objective: bad constraint {c.strip()!r} "
+                             "(expected metric<=value or metric>=value)")
+        cons.append((m.group(1), m.group(2), float(m.group(3))))
+    return Objective(spec, tuple(goal), tuple(cons))
