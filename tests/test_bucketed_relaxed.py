@@ -67,7 +67,7 @@ def test_gradient_matches_relaxed_finite_differences(azure):
     perturbations, so the relaxed simulator is smooth and grad == central FD."""
     cfg = config(2_000_000)
     run = _runner(azure, cfg, "odma", 300)
-    t = jnp.float32(0.05)
+    t = jnp.float32(0.5)
     p = params_for("odma", 1024, **ODMA_EXTRA)
 
     def util(q):

@@ -1,0 +1,142 @@
+"""Evaluate a policy on a scenario: ``python -m tuner.evaluate``.
+
+Library: :func:`evaluate` runs one system with given parameters to completion (exact mode
+by default) and returns the metrics plus the objective. CLI: either name the system and
+parameters, or pass an exported ``--policy`` file (its scenario settings are reused; the
+trace and rate can be overridden).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+
+from models import get_system, metrics, simulate_until_done, validate_params
+from tuner.objectives import DEFAULT_OBJECTIVE, parse_objective
+from tuner.scenario import Scenario, ScenarioSpec, build_scenario
+
+__all__ = ["evaluate", "parse_param", "add_scenario_args", "spec_from_args", "main"]
+
+
+def evaluate(sc: Scenario, system: str, params: dict | None = None, *,
+             temperature: float = 0.0, objective: str = DEFAULT_OBJECTIVE) -> dict:
+    """Run ``system`` on the scenario until every request is accounted for."""
+    spec = get_system(system)
+    p = validate_params(spec, params or {}, sc.cfg.max_len)
+    p = {k: jnp.asarray(v) for k, v in p.items()}
+    st = simulate_until_done(sc.workload, sc.cfg, sc.hw, p, sc.options(system, record=True),
+                             t=temperature, prior=sc.prior)
+    m = {k: float(v) for k, v in metrics(st, sc.workload, sc.cfg).items()}
+    m["objective"] = float(parse_objective(objective)(m))
+    return m
+
+
+def parse_param(text: str) -> tuple[str, list[float] | float]:
+    """``key=value`` or ``key=v1,v2,...``; errors name the argument."""
+    if "=" not in text:
+        raise ValueError(f"--param {text!r}: expected key=value")
+    key, _, value = text.partition("=")
+    try:
+        vals = [float(v) for v in value.split(",")]
+    except ValueError:
+        raise ValueError(f"--param {text!r}: value is not a number (or comma list)") from None
+    if not all(math.isfinite(v) for v in vals):
+        raise ValueError(f"--param {text!r}: value must be finite")
+    return key.strip(), vals if len(vals) > 1 else vals[0]
+
+
+def add_scenario_args(ap: argparse.ArgumentParser) -> None:
+    d = ScenarioSpec()
+    g = ap.add_argument_group("scenario")
+    g.add_argument("--trace", default=None, help="trace file or preset (default: built-in)")
+    g.add_argument("--hardware", default=None, help=f"device preset (default {d.hardware})")
+    g.add_argument("--model", default=None, help=f"model preset (default {d.model})")
+    g.add_argument("--tp", type=int, default=None, help="tensor-parallel degree")
+    g.add_argument("--capacity-tokens", type=int, default=None)
+    g.add_argument("--rate", type=float, default=None, help="offered load, requests/s")
+    g.add_argument("--n-requests", type=int, default=None)
+    g.add_argument("--offset", type=int, default=None)
+    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--max-len", type=int, default=None)
+    g.add_argument("--slots", type=int, default=None, dest="n_slots")
+
+
+SCENARIO_KEYS = ("trace", "hardware", "model", "tp", "capacity_tokens", "rate",
+                 "n_requests", "offset", "seed", "max_len", "n_slots")
+
+
+def spec_from_args(args, base: ScenarioSpec | None = None) -> ScenarioSpec:
+    base = base or ScenarioSpec()
+    over = {k: getattr(args, k) for k in SCENARIO_KEYS if getattr(args, k, None) is not None}
+    if "n_slots" in over:
+        over["max_batch"] = over["n_slots"]
+    return base.replace(**over)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tuner.evaluate", description=__doc__)
+    ap.add_argument("--system", help="static | paged | s3 | odma")
+    ap.add_argument("--policy", help="exported policy JSON (from python -m tuner.fit)")
+    ap.add_argument("--param", action="append", default=[], help="key=value[,v2,...]")
+    ap.add_argument("--mode", choices=("exact", "relaxed"), default="exact")
+    ap.add_argument("--temperature", type=float, default=None)
+    ap.add_argument("--objective", default=None)
+    ap.add_argument("--json", action="store_true")
+    add_scenario_args(ap)
+    args = ap.parse_args(argv)
+    try:
+        from tuner.policy import load_policy
+
+        params, base, objective = {}, ScenarioSpec(), DEFAULT_OBJECTIVE
+        system = args.system
+        if args.policy:
+            pol = load_policy(args.policy)
+            if system and system != pol["system"]:
+                raise ValueError(f"{args.policy}: policy is for system {pol['system']!r}, "
+                                 f"not {system!r}")
+            system, params, objective = pol["system"], pol["params"], pol["objective"]
+            base = ScenarioSpec(**pol["scenario"])
+        if not system:
+            raise ValueError("give --system or --policy")
+        params.update(dict(parse_param(p) for p in args.param))
+        temp = 0.0
+        if args.mode == "relaxed":
+            temp = 0.05 if args.temperature is None else args.temperature
+            if not temp > 0:
+                raise ValueError("--temperature must be > 0 in relaxed mode")
+        sc = build_scenario(spec_from_args(args, base))
+        m = evaluate(sc, system, params, temperature=temp,
+                     objective=args.objective or objective)
+    except (ValueError, OSError, KeyError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    m.update(system=system, mode=args.mode, temperature=temp,
+             predictions=sc.prediction_source, workload=sc.summary,
+             fingerprint=sc.fingerprint)
+    if args.json:
+        print(json.dumps(_jsonable(m), indent=2, sort_keys=True))
+    else:
+        for k in ("objective", "tps", "kv_utilization", "ttft_p99_s", "tpot_p99_s",
+                  "migrations", "preemptions", "unserved", "accuracy"):
+            print(f"{k:>16}: {m[k]:.6g}")
+    return 0
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, (np.floating, np.integer)):
+        return _jsonable(x.item())
+    return x
+
+
+if __name__ == "__main__":
+    sys.exit(main())

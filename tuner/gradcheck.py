@@ -1,0 +1,132 @@
+"""Objective functions over theta, and the gradient-quality check.
+
+``Problem`` compiles, for one system on a stack of common-random-number (CRN) workloads
+of equal shape, (a) the relaxed objective and its gradient in theta space and (b) a
+vmapped batch of objective values for many thetas (exact mode for finite differences).
+``check`` compares, per theta coordinate, the relaxed gradient with central finite
+differences of the exact objective under common random numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from models import Workload, metrics, simulate
+from tuner.objectives import Objective
+from tuner.scenario import Scenario
+from tuner.space import Space
+
+__all__ = ["Problem", "CoordCheck", "check", "stack_workloads"]
+
+
+def stack_workloads(scenarios: list[Scenario]):
+    """Stack equal-shape workloads and priors along a leading CRN axis."""
+    n = max(s.workload.size for s in scenarios)
+    wls = [s.workload if s.workload.size == n else _pad(s.workload, n) for s in scenarios]
+    wl = jax.tree.map(lambda *xs: jnp.stack(xs), *wls)
+    prior = jnp.stack([jnp.asarray(s.prior) for s in scenarios])
+    return wl, prior
+
+
+def _pad(wl: Workload, n: int) -> Workload:
+    k = n - wl.size
+    fill = {"arrival_s": jnp.inf, "prompt_tokens": 1, "output_tokens": 1,
+            "pred_tokens": 1.0, "pred_u": 0.0, "valid": False}
+    return Workload(**{f: jnp.concatenate([getattr(wl, f), jnp.full(k, v, getattr(
+        wl, f).dtype)]) for f, v in fill.items()})
+
+
+class Problem:
+    """Compiled objective functions of theta for one system and scenario stack."""
+
+    def __init__(self, scenarios: list[Scenario], system: str, space: Space,
+                 objective: Objective, n_steps: int):
+        sc = scenarios[0]
+        self.system, self.space, self.objective = system, space, objective
+        self.n_steps, self.n_crn, self.n_slots = n_steps, len(scenarios), sc.cfg.n_slots
+        self.cost = 0.0  # simulated request-iterations spent (slots x iterations)
+        wl, prior = stack_workloads(scenarios)
+        opts = sc.options(system)
+        cfg, hw = sc.cfg, sc.hw
+
+        def one(params, w, pr, t):
+            st, _ = simulate(w, cfg, hw, params, t, opts, n_steps, pr)
+            m = metrics(st, w, cfg)
+            return objective(m), m
+
+        def value(theta, t):
+            v, m = jax.vmap(one, in_axes=(None, 0, 0, None))(
+                space.to_params(theta), wl, prior, t)
+            return jnp.mean(v), jax.tree.map(jnp.mean, m)
+
+        self._grad = jax.jit(jax.value_and_grad(value, has_aux=True))
+        self._value = jax.jit(value)
+        self._batch = jax.jit(jax.vmap(lambda th, t: value(th, t)[0], in_axes=(0, None)))
+
+    def _spend(self, sims: int, backward: bool = False):
+        # a backward pass is counted as two forward passes
+        self.cost += sims * self.n_crn * self.n_steps * self.n_slots * (3 if backward else 1)
+
+    def grad(self, theta, t):
+        self._spend(1, backward=True)
+        (v, m), g = self._grad(theta, jnp.float32(t))
+        return float(v), g, m
+
+    def value(self, theta, t=0.0):
+        self._spend(1)
+        v, m = self._value(theta, jnp.float32(t))
+        return float(v), {k: float(x) for k, x in m.items()}
+
+    def batch(self, thetas: list[dict], t=0.0) -> np.ndarray:
+        self._spend(len(thetas))
+        stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *thetas)
+        return np.asarray(self._batch(stacked, jnp.float32(t)))
+
+    def fd(self, theta, coords, h=0.1, t=0.0) -> dict:
+        """Central differences (exact mode by default) for the given coordinates."""
+        thetas = []
+        for name, i in coords:
+            for s in (1.0, -1.0):
+                th = {k: jnp.array(v) for k, v in theta.items()}
+                th[name] = th[name].reshape(-1).at[i].add(s * h).reshape(theta[name].shape)
+                thetas.append(th)
+        if not thetas:
+            return {}
+        vals = self.batch(thetas, t)
+        return {c: float(vals[2 * j] - vals[2 * j + 1]) / (2 * h)
+                for j, c in enumerate(coords)}
+
+
+@dataclass(frozen=True)
+class CoordCheck:
+    name: str
+    index: int
+    relaxed: float
+    exact_fd: float
+    sign_agrees: bool
+    rel_error: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}[{self.index}]"
+
+
+def check(problem: Problem, theta, t: float, fd: dict | None = None, h=0.1):
+    """Per-coordinate relaxed gradient vs exact-mode CRN finite differences."""
+    _, g, _ = problem.grad(theta, t)
+    coords = problem.space.coords()
+    fd = fd if fd is not None else problem.fd(theta, coords, h)
+    out = []
+    scale = max(max(abs(v) for v in fd.values()), 1e-12) if fd else 1.0
+    for name, i in coords:
+        r = float(np.asarray(g[name]).reshape(-1)[i])
+        e = fd[(name, i)]
+        tiny = 1e-3 * scale  # an exact slope this small contradicts no direction
+        agree = abs(e) < tiny or np.sign(r) == np.sign(e)
+        rel = abs(r - e) / max(abs(e), tiny)
+        out.append(CoordCheck(name, i, r, e, bool(agree), float(rel)))
+    return out, fd

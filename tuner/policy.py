@@ -1,0 +1,115 @@
+"""Exported policy configs: versioned JSON, written atomically, loaded strictly."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from models import get_system, validate_params
+from tuner.scenario import ScenarioSpec
+
+__all__ = ["SCHEMA", "make_policy", "write_json_atomic", "load_policy", "package_version"]
+
+SCHEMA = "kvtune.policy/1"
+KEYS = ("schema", "system", "hardware", "model", "params", "metrics", "objective",
+        "scenario", "workload", "tuner", "version", "seed", "created")
+METRIC_SETS = ("tuned", "default", "baseline")
+
+
+def package_version() -> str:
+    try:
+        return metadata.version("kvtune")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def _plain(x):
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _plain(x.tolist())
+    if isinstance(x, (np.floating, np.integer)):
+        x = x.item()
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    return x
+
+
+def make_policy(*, system, params, scenario: ScenarioSpec, workload: dict, metrics: dict,
+                objective: str, tuner: dict, seed: int) -> dict:
+    """Assemble the policy document (parameters in human units)."""
+    missing = [k for k in METRIC_SETS if k not in metrics]
+    if missing:
+        raise ValueError(f"policy metrics lack {missing}")
+    return _plain({
+        "schema": SCHEMA, "system": system, "hardware": scenario.hardware,
+        "model": scenario.model, "params": params, "metrics": metrics,
+        "objective": objective, "scenario": scenario.to_dict(), "workload": workload,
+        "tuner": tuner, "version": package_version(), "seed": seed,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    })
+
+
+def write_json_atomic(path, doc: dict) -> None:
+    """Write JSON to a temp file in the target directory, fsync, then rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=2, sort_keys=True, allow_nan=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_policy(path) -> dict:
+    """Load and validate a policy file; every error names the file and the field."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    if doc.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: field 'schema' is {doc.get('schema')!r}, expected {SCHEMA!r}")
+    unknown = sorted(set(doc) - set(KEYS))
+    missing = sorted(set(KEYS) - set(doc))
+    if unknown:
+        raise ValueError(f"{path}: unknown field(s) {unknown}")
+    if missing:
+        raise ValueError(f"{path}: missing field(s) {missing}")
+    try:
+        spec = get_system(doc["system"])
+    except ValueError as e:
+        raise ValueError(f"{path}: field 'system': {e}") from None
+    fields = set(ScenarioSpec.__dataclass_fields__)
+    sc = doc["scenario"]
+    if not isinstance(sc, dict) or set(sc) != fields:
+        bad = sorted(set(sc) ^ fields) if isinstance(sc, dict) else "not an object"
+        raise ValueError(f"{path}: field 'scenario' has unknown or missing keys: {bad}")
+    if sc["hardware"] != doc["hardware"] or sc["model"] != doc["model"]:
+        raise ValueError(f"{path}: fields 'hardware'/'model' disagree with 'scenario'")
+    for name in METRIC_SETS:
+        if not isinstance(doc["metrics"], dict) or name not in doc["metrics"]:
+            raise ValueError(f"{path}: field 'metrics' lacks {name!r}")
+    max_len = sc["max_len"] or 16384
+    try:
+        params = validate_params(spec, doc["params"], max_len)
+    except ValueError as e:
+        raise ValueError(f"{path}: field 'params': {e}") from None
+    doc["params"] = {k: v.tolist() for k, v in params.items()}
+    return doc

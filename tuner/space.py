@@ -1,0 +1,91 @@
+"""Unconstrained parameter space with explicit transforms per parameter domain.
+
+The optimiser works on ``theta`` (a dict of float32 arrays, any real values);
+``to_params`` maps it to physical parameters that always satisfy the system's domains
+(ordered quantile levels in (0, 1), intervals, positive sizes); ``to_theta`` inverts it.
+Fixed (non-tunable) parameters pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from models.registry import SystemSpec
+
+__all__ = ["Space"]
+
+
+def _logit(x):
+    return jnp.log(x) - jnp.log1p(-x)
+
+
+class Space:
+    """Transforms between ``theta`` and the physical parameters of one system."""
+
+    def __init__(self, spec: SystemSpec, base_params: dict, names=None):
+        tunable = [p for p in spec.tunable() if names is None or p.name in names]
+        if names is not None:
+            unknown = set(names) - {p.name for p in spec.tunable()}
+            if unknown:
+                raise ValueError(f"{spec.name}: not tunable: {sorted(unknown)}")
+        self.spec = spec
+        self.params = {p.name: p for p in tunable}
+        self.base = {k: jnp.asarray(v, jnp.float32) for k, v in base_params.items()}
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.params)
+
+    def _fwd(self, p, z):
+        d = p.domain
+        if d == "ordered_unit":  # increments of a softmax over K+1 logits
+            inc = jax.nn.softmax(jnp.concatenate([z, jnp.zeros(1, z.dtype)]))
+            return jnp.cumsum(inc)[:-1]
+        if d == "ordered_positive":
+            return jnp.cumsum(jax.nn.softplus(z))
+        if d == "unit":
+            return jax.nn.sigmoid(z)
+        if d == "interval":
+            return p.lower + (p.upper - p.lower) * jax.nn.sigmoid(z)
+        if d == "positive":
+            return jax.nn.softplus(z)
+        raise ValueError(f"parameter {p.name!r}: domain {d!r} cannot be tuned by gradient")
+
+    def _inv(self, p, x):
+        d = p.domain
+        x = jnp.asarray(x, jnp.float32)
+        if d == "ordered_unit":
+            inc = jnp.diff(jnp.concatenate([jnp.zeros(1), x, jnp.ones(1)]))
+            logits = jnp.log(inc)
+            return logits[:-1] - logits[-1]
+        if d == "ordered_positive":
+            inc = jnp.diff(jnp.concatenate([jnp.zeros(1), x]))
+            return jnp.log(jnp.expm1(inc))
+        if d == "unit":
+            return _logit(x)
+        if d == "interval":
+            frac = jnp.clip((x - p.lower) / (p.upper - p.lower), 1e-4, 1 - 1e-4)
+            return _logit(frac)
+        if d == "positive":
+            return jnp.log(jnp.expm1(x))
+        raise ValueError(f"parameter {p.name!r}: domain {d!r} cannot be tuned by gradient")
+
+    def to_params(self, theta: dict) -> dict:
+        out = dict(self.base)
+        for name, p in self.params.items():
+            out[name] = self._fwd(p, theta[name]).astype(jnp.float32)
+        return out
+
+    def to_theta(self, params: dict) -> dict:
+        return {n: self._inv(p, params[n]).astype(jnp.float32)
+                for n, p in self.params.items()}
+
+    def coords(self) -> list[tuple[str, int]]:
+        """(name, index) of every scalar coordinate of theta, for per-coordinate checks."""
+        return [(n, i) for n in self.names for i in range(int(np.size(self.base[n])))]
+
+    def human(self, params: dict) -> dict:
+        """Plain Python values for export (lists for vectors)."""
+        return {k: np.asarray(v).tolist() for k, v in params.items()}
