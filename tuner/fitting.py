@@ -25,7 +25,6 @@ from tuner.space import Space
 
 __all__ = ["FitSettings", "FitResult", "fit", "validate"]
 
-T_CANDIDATES = (0.3, 0.1, 0.03, 0.01)
 MAX_VALUE_GAP = 0.25  # a usable surrogate's value is within 25% of the exact one
 
 
@@ -41,6 +40,7 @@ class FitSettings:
     checkpoint_every: int = 5
     holdout_seeds: int = 2        # held-out prediction/arrival seeds
     seed: int = 0
+    temperatures: tuple = (0.3, 0.1, 0.03, 0.01)  # candidates for the temperature floor
     start: dict = field(default_factory=dict)  # starting params (default: the paper's)
 
     def to_dict(self) -> dict:
@@ -84,7 +84,9 @@ def _atomic_bytes(path: Path, data: bytes) -> None:
 
 
 def _key(spec: ScenarioSpec, st: FitSettings) -> str:
-    doc = json.dumps([spec.to_dict(), st.to_dict()], sort_keys=True, default=str)
+    """What a checkpoint must match to be resumed (the budget may grow)."""
+    settings = {k: v for k, v in st.to_dict().items() if k != "budget"}
+    doc = json.dumps([spec.to_dict(), settings], sort_keys=True, default=str)
     return hashlib.sha256(doc.encode()).hexdigest()[:16]
 
 
@@ -115,7 +117,7 @@ def fit(spec: ScenarioSpec, st: FitSettings, *, checkpoint: Path | None = None,
         fd = prob.fd(theta, space.coords(), st.fd_step)
         v0, m0 = prob.value(theta)
         agree, gap = {}, {}
-        for t in T_CANDIDATES:
+        for t in st.temperatures:
             res, _ = check(prob, theta, t, fd, st.fd_step)
             agree[t] = res
             gap[t] = abs(prob.value(theta, t)[0] - v0) / max(abs(v0), 1e-9)
@@ -124,8 +126,8 @@ def fit(spec: ScenarioSpec, st: FitSettings, *, checkpoint: Path | None = None,
                 f" {'agree' if c.sign_agrees else 'DISAGREE'}" for c in res))
         # floor: among temperatures whose relaxed objective is close to the exact one,
         # the one whose gradient agrees in sign on the most coordinates (ties: colder)
-        usable = [t for t in T_CANDIDATES if gap[t] <= MAX_VALUE_GAP] or \
-            [min(T_CANDIDATES, key=lambda t: gap[t])]
+        usable = [t for t in st.temperatures if gap[t] <= MAX_VALUE_GAP] or \
+            [min(st.temperatures, key=lambda t: gap[t])]
         floor = min(usable, key=lambda t: (-sum(c.sign_agrees for c in agree[t]), t))
         log(f"temperature floor {floor:g}")
         est = {c.label: ("relaxed" if c.sign_agrees else "fd-crn") for c in agree[floor]}
@@ -135,10 +137,10 @@ def fit(spec: ScenarioSpec, st: FitSettings, *, checkpoint: Path | None = None,
             log(f"estimator {c.label}: {est[c.label]} ({why}; rel. error {c.rel_error:.2f})")
         state = {"theta": theta, "opt_state": opt_state, "step": 0, "floor": floor,
                  "estimators": est, "best_theta": theta, "best": v0, "history": [],
-                 "checks": [[c.__dict__ for c in agree[t]] for t in T_CANDIDATES]}
+                 "checks": [[c.__dict__ for c in agree[t]] for t in st.temperatures]}
         log(f"exact objective at start: {v0:.6g} (n_steps {n_steps})")
     floor, est = state["floor"], state["estimators"]
-    t0 = max(T_CANDIDATES[0], floor)
+    t0 = max(st.temperatures[0], floor)
     sched = optax.exponential_decay(t0, max(st.budget - 1, 1), floor / t0, end_value=floor)
     theta, opt_state = state["theta"], state["opt_state"]
     fd_coords = [c for c in space.coords() if est[f"{c[0]}[{c[1]}]"] == "fd-crn"]

@@ -10,6 +10,7 @@ differences of the exact objective under common random numbers.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -40,6 +41,30 @@ def _pad(wl: Workload, n: int) -> Workload:
         wl, f).dtype)]) for f, v in fill.items()})
 
 
+def _value_impl(theta, t, base, wl, prior, cfg, hw, *, space, opts, n_steps, objective):
+    def one(params, w, pr):
+        st, _ = simulate(w, cfg, hw, params, t, opts, n_steps, pr)
+        m = metrics(st, w, cfg)
+        return objective(m), m
+
+    v, m = jax.vmap(one, in_axes=(None, 0, 0))(space.to_params(theta, base), wl, prior)
+    return jnp.mean(v), jax.tree.map(jnp.mean, m)
+
+
+# module-level jitted functions: a new Problem with equal shapes and static settings
+# reuses the compiled code instead of tracing new closures
+_STATIC = ("space", "opts", "n_steps", "objective")
+_value = jax.jit(_value_impl, static_argnames=_STATIC)
+_grad = jax.jit(jax.value_and_grad(_value_impl, has_aux=True), static_argnames=_STATIC)
+
+
+@partial(jax.jit, static_argnames=_STATIC)
+def _batch(thetas, t, base, wl, prior, cfg, hw, *, space, opts, n_steps, objective):
+    return jax.vmap(lambda th: _value_impl(th, t, base, wl, prior, cfg, hw, space=space,
+                                           opts=opts, n_steps=n_steps,
+                                           objective=objective)[0])(thetas)
+
+
 class Problem:
     """Compiled objective functions of theta for one system and scenario stack."""
 
@@ -53,19 +78,8 @@ class Problem:
         opts = sc.options(system)
         cfg, hw = sc.cfg, sc.hw
 
-        def one(params, w, pr, t):
-            st, _ = simulate(w, cfg, hw, params, t, opts, n_steps, pr)
-            m = metrics(st, w, cfg)
-            return objective(m), m
-
-        def value(theta, t):
-            v, m = jax.vmap(one, in_axes=(None, 0, 0, None))(
-                space.to_params(theta), wl, prior, t)
-            return jnp.mean(v), jax.tree.map(jnp.mean, m)
-
-        self._grad = jax.jit(jax.value_and_grad(value, has_aux=True))
-        self._value = jax.jit(value)
-        self._batch = jax.jit(jax.vmap(lambda th, t: value(th, t)[0], in_axes=(0, None)))
+        self._args = (space.base, wl, prior, cfg, hw)
+        self._static = dict(space=space, opts=opts, n_steps=n_steps, objective=objective)
 
     def _spend(self, sims: int, backward: bool = False):
         # a backward pass is counted as two forward passes
@@ -73,18 +87,18 @@ class Problem:
 
     def grad(self, theta, t):
         self._spend(1, backward=True)
-        (v, m), g = self._grad(theta, jnp.float32(t))
+        (v, m), g = _grad(theta, jnp.float32(t), *self._args, **self._static)
         return float(v), g, m
 
     def value(self, theta, t=0.0):
         self._spend(1)
-        v, m = self._value(theta, jnp.float32(t))
+        v, m = _value(theta, jnp.float32(t), *self._args, **self._static)
         return float(v), {k: float(x) for k, x in m.items()}
 
     def batch(self, thetas: list[dict], t=0.0) -> np.ndarray:
         self._spend(len(thetas))
         stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *thetas)
-        return np.asarray(self._batch(stacked, jnp.float32(t)))
+        return np.asarray(_batch(stacked, jnp.float32(t), *self._args, **self._static))
 
     def fd(self, theta, coords, h=0.1, t=0.0) -> dict:
         """Central differences (exact mode by default) for the given coordinates."""

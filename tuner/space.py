@@ -34,6 +34,16 @@ class Space:
         self.params = {p.name: p for p in tunable}
         self.base = {k: jnp.asarray(v, jnp.float32) for k, v in base_params.items()}
 
+    def _key(self):
+        return (self.spec.name, tuple((n, p.domain, p.lower, p.upper)
+                                      for n, p in self.params.items()))
+
+    def __hash__(self):  # hashable by structure: a static argument of jitted functions
+        return hash(self._key())
+
+    def __eq__(self, other):
+        return isinstance(other, Space) and self._key() == other._key()
+
     @property
     def names(self) -> list[str]:
         return list(self.params)
@@ -72,8 +82,9 @@ class Space:
             return jnp.log(jnp.expm1(x))
         raise ValueError(f"parameter {p.name!r}: domain {d!r} cannot be tuned by gradient")
 
-    def to_params(self, theta: dict) -> dict:
-        out = dict(self.base)
+    def to_params(self, theta: dict, base: dict | None = None) -> dict:
+        """Physical parameters: tuned ones from ``theta``, the rest from ``base``."""
+        out = dict(self.base if base is None else base)
         for name, p in self.params.items():
             out[name] = self._fwd(p, theta[name]).astype(jnp.float32)
         return out

@@ -1,0 +1,202 @@
+"""Pareto fronts, tables and the Pareto plot of a sweep (NumPy and matplotlib only).
+
+A sweep row is ``{"index", "system", "hardware", "model", "trace", "params": {...},
+"metrics": {...}}``. Two trade-offs are marked and drawn: throughput against p99 time
+to first token, and KV utilisation against migration rate. Every file is rendered to a
+temporary name in the target directory first and renamed only once all of them exist.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["FRONTS", "TABLE_METRICS", "pareto_mask", "mark_pareto", "to_csv",
+           "to_markdown", "plot_pareto", "write_outputs"]
+
+# name -> ((x metric, maximise x?), (y metric, maximise y?), panel title)
+FRONTS = {
+    "tps_ttft": (("ttft_p99_s", False), ("tps", True), "TPS vs p99 TTFT"),
+    "util_migration": (("migration_rate", False), ("kv_utilization", True),
+                       "KV utilisation vs migration rate"),
+}
+TABLE_METRICS = ("objective", "tps", "kv_utilization", "ttft_p99_s", "tpot_p99_s",
+                 "migration_rate", "unserved")
+TOP = 20
+
+
+def pareto_mask(x, y, maximize=(True, True)) -> np.ndarray:
+    """Non-dominated points of ``(x, y)``; non-finite points are never on the front."""
+    pts = np.stack([np.asarray(x, np.float64), np.asarray(y, np.float64)], 1)
+    pts = pts * np.where(maximize, 1.0, -1.0)  # now both are maximised
+    ok = np.all(np.isfinite(pts), 1)
+    mask = np.zeros(len(pts), bool)
+    cand = pts[ok]
+    keep = np.ones(len(cand), bool)
+    for s in range(0, len(cand), 1024):  # bounded memory: 1024 x n comparisons at a time
+        a = cand[s:s + 1024, None, :]
+        dominated = np.all(cand[None] >= a, -1) & np.any(cand[None] > a, -1)
+        keep[s:s + 1024] = ~np.any(dominated, 1)
+    mask[np.flatnonzero(ok)] = keep
+    return mask
+
+
+def mark_pareto(rows: list[dict]) -> list[dict]:
+    """Set ``row["pareto"] = {front name: bool}`` for every front in :data:`FRONTS`."""
+    for name, ((xm, xmax), (ym, ymax), _) in FRONTS.items():
+        x = [r["metrics"][xm] for r in rows]
+        y = [r["metrics"][ym] for r in rows]
+        for r, on in zip(rows, pareto_mask(x, y, (xmax, ymax))):
+            r.setdefault("pareto", {})[name] = bool(on)
+    return rows
+
+
+def _param_columns(rows) -> list[tuple[str, str, int | None]]:
+    cols = []
+    for k, v in rows[0]["params"].items():
+        if isinstance(v, list):
+            cols += [(f"{k}[{i}]", k, i) for i in range(len(v))]
+        else:
+            cols.append((k, k, None))
+    return cols
+
+
+def _param(row, key, i):
+    v = row["params"][key]
+    return v if i is None else v[i]
+
+
+def to_csv(rows: list[dict]) -> str:
+    pcols = _param_columns(rows)
+    mcols = list(rows[0]["metrics"])
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["index", "system", "hardware", "model", "trace"] + [c for c, _, _ in pcols]
+               + mcols + [f"pareto_{f}" for f in FRONTS])
+    for r in rows:
+        w.writerow([r["index"], r["system"], r["hardware"], r["model"], r["trace"]]
+                   + [_param(r, k, i) for _, k, i in pcols]
+                   + [r["metrics"][m] for m in mcols]
+                   + [int(r.get("pareto", {}).get(f, False)) for f in FRONTS])
+    return buf.getvalue()
+
+
+def _fmt(v) -> str:
+    if isinstance(v, list):
+        return "[" + ", ".join(_fmt(x) for x in v) + "]"
+    if isinstance(v, float):
+        return "nan" if not math.isfinite(v) else f"{v:.4g}"
+    return str(v)
+
+
+def _objective_key(r):
+    v = r["metrics"]["objective"]
+    return -v if math.isfinite(v) else math.inf
+
+
+def to_markdown(rows: list[dict], meta: dict | None = None, top: int = TOP) -> str:
+    """Rows sorted by objective: the best ``top`` plus every Pareto-optimal row."""
+    ranked = sorted(rows, key=_objective_key)
+    shown = [(k + 1, r) for k, r in enumerate(ranked)
+             if k < top or any(r.get("pareto", {}).values())]
+    pnames = list(rows[0]["params"])
+    head = (["rank", "#", "hardware", "trace"] + pnames + list(TABLE_METRICS)
+            + ["pareto"])
+    lines = []
+    if meta:
+        lines += [f"# Sweep: {meta.get('system')} ({meta.get('n_points')} points, "
+                  f"{meta.get('steps')} iterations, objective `{meta.get('objective')}`)",
+                  ""]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for rank, r in shown:
+        marks = ",".join(f for f, on in r.get("pareto", {}).items() if on)
+        cells = ([rank, r["index"], r["hardware"], r["trace"]]
+                 + [r["params"][k] for k in pnames]
+                 + [r["metrics"][m] for m in TABLE_METRICS] + [marks or ""])
+        lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
+    lines += ["", f"Top {top} by objective, plus Pareto-optimal rows (pareto: "
+              + "; ".join(f"{k} = {v[2]}" for k, v in FRONTS.items()) + ")."]
+    return "\n".join(lines) + "\n"
+
+
+def plot_pareto(rows: list[dict], path, title: str = "") -> None:
+    """Two panels, one per front; points coloured by hardware and trace."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = sorted({(r["hardware"], r["trace"]) for r in rows})
+    colours = plt.get_cmap("tab10" if len(groups) <= 10 else "tab20")
+    fig, axes = plt.subplots(1, len(FRONTS), figsize=(6.2 * len(FRONTS), 4.8))
+    for ax, (name, ((xm, _), (ym, _), label)) in zip(np.atleast_1d(axes), FRONTS.items()):
+        for g, (hw, tr) in enumerate(groups):
+            sel = [r for r in rows if (r["hardware"], r["trace"]) == (hw, tr)]
+            ax.scatter([r["metrics"][xm] for r in sel], [r["metrics"][ym] for r in sel],
+                       s=18, alpha=0.6, color=colours(g % colours.N),
+                       label=f"{hw} · {Path(tr).name}")
+        front = sorted((r for r in rows if r.get("pareto", {}).get(name)),
+                       key=lambda r: r["metrics"][xm])
+        if front:
+            fx = [r["metrics"][xm] for r in front]
+            fy = [r["metrics"][ym] for r in front]
+            ax.step(fx, fy, where="post", color="black", lw=1.0)
+            ax.scatter(fx, fy, s=60, facecolors="none", edgecolors="black", lw=1.2,
+                       label="Pareto front")
+        ax.set_xlabel(xm)
+        ax.set_ylabel(ym)
+        ax.set_title(label)
+        ax.grid(alpha=0.3)
+    np.atleast_1d(axes)[0].legend(fontsize=7, loc="best")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, format="png")
+    plt.close(fig)
+
+
+def _plain(x):
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, (np.ndarray, np.generic)):
+        return _plain(x.tolist())
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def write_outputs(out_dir, rows: list[dict], meta: dict) -> list[Path]:
+    """Write ``sweep.json``, ``sweep.csv``, ``sweep.md`` and ``pareto.png`` atomically."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = json.dumps(_plain({"schema": "kvtune.sweep/1", "meta": meta, "rows": rows}),
+                     indent=2, sort_keys=True, allow_nan=False) + "\n"
+    texts = {"sweep.json": doc, "sweep.csv": to_csv(rows),
+             "sweep.md": to_markdown(rows, meta)}
+    tmps: dict[str, str] = {}
+    try:
+        for name in (*texts, "pareto.png"):
+            fd, tmps[name] = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
+            os.close(fd)
+            os.chmod(tmps[name], 0o644)
+        for name, text in texts.items():
+            with open(tmps[name], "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        plot_pareto(rows, tmps["pareto.png"], title=f"{meta.get('system', '')} sweep")
+        for name, tmp in tmps.items():
+            os.replace(tmp, out / name)
+    finally:
+        for tmp in tmps.values():
+            Path(tmp).unlink(missing_ok=True)
+    return [out / n for n in tmps]
