@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["FRONTS", "TABLE_METRICS", "pareto_mask", "mark_pareto", "to_csv",
-           "to_markdown", "plot_pareto", "write_outputs"]
+__all__ = ["FRONTS", "TABLE_METRICS", "human", "mark_pareto", "pareto_mask",
+           "plot_pareto", "summary_line", "to_csv", "to_markdown", "write_outputs"]
 
 # name -> ((x metric, maximise x?), (y metric, maximise y?), panel title)
 FRONTS = {
@@ -32,6 +32,13 @@ TABLE_METRICS = ("objective", "tps", "kv_utilization", "ttft_p99_s", "tpot_p99_s
 TOP = 20
 
 
+def human(v):
+    """float32 values as the shortest decimals that round-trip (0.9, not 0.8999...)."""
+    a = np.asarray(v, np.float32)
+    out = [float(str(x)) for x in a.reshape(-1)]
+    return out if a.ndim else out[0]
+
+
 def pareto_mask(x, y, maximize=(True, True)) -> np.ndarray:
     """Non-dominated points of ``(x, y)``; non-finite points are never on the front."""
     pts = np.stack([np.asarray(x, np.float64), np.asarray(y, np.float64)], 1)
@@ -40,7 +47,7 @@ def pareto_mask(x, y, maximize=(True, True)) -> np.ndarray:
     mask = np.zeros(len(pts), bool)
     cand = pts[ok]
     keep = np.ones(len(cand), bool)
-    for s in range(0, len(cand), 1024):  # bounded memory: 1024 x n comparisons at a time
+    for s in range(0, len(cand), 1024):  # bounded memory: 1024 x n at a time
         a = cand[s:s + 1024, None, :]
         dominated = np.all(cand[None] >= a, -1) & np.any(cand[None] > a, -1)
         keep[s:s + 1024] = ~np.any(dominated, 1)
@@ -78,8 +85,8 @@ def to_csv(rows: list[dict]) -> str:
     mcols = list(rows[0]["metrics"])
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["index", "system", "hardware", "model", "trace"] + [c for c, _, _ in pcols]
-               + mcols + [f"pareto_{f}" for f in FRONTS])
+    w.writerow(["index", "system", "hardware", "model", "trace"]
+               + [c for c, _, _ in pcols] + mcols + [f"pareto_{f}" for f in FRONTS])
     for r in rows:
         w.writerow([r["index"], r["system"], r["hardware"], r["model"], r["trace"]]
                    + [_param(r, k, i) for _, k, i in pcols]
@@ -111,9 +118,9 @@ def to_markdown(rows: list[dict], meta: dict | None = None, top: int = TOP) -> s
             + ["pareto"])
     lines = []
     if meta:
-        lines += [f"# Sweep: {meta.get('system')} ({meta.get('n_points')} points, "
-                  f"{meta.get('steps')} iterations, objective `{meta.get('objective')}`)",
-                  ""]
+        lines += [(f"# Sweep: {meta.get('system')} ({meta.get('n_points')} points, "
+                   f"{meta.get('steps')} iterations, "
+                   f"objective `{meta.get('objective')}`)"), ""]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for rank, r in shown:
         marks = ",".join(f for f, on in r.get("pareto", {}).items() if on)
@@ -126,6 +133,14 @@ def to_markdown(rows: list[dict], meta: dict | None = None, top: int = TOP) -> s
     return "\n".join(lines) + "\n"
 
 
+def summary_line(rows: list[dict], meta: dict) -> str:
+    best = min(rows, key=_objective_key)
+    return (f"{len(rows)} points x {meta['steps']} iterations on {meta['devices']} "
+            f"{meta['platform']} device(s) in {meta['wall_s']:.1f} s; best objective "
+            f"{best['metrics']['objective']:.6g} (#{best['index']}: "
+            f"{best['hardware']}, {best['trace']}, {best['params']})")
+
+
 def plot_pareto(rows: list[dict], path, title: str = "") -> None:
     """Two panels, one per front; points coloured by hardware and trace."""
     import matplotlib
@@ -136,7 +151,8 @@ def plot_pareto(rows: list[dict], path, title: str = "") -> None:
     groups = sorted({(r["hardware"], r["trace"]) for r in rows})
     colours = plt.get_cmap("tab10" if len(groups) <= 10 else "tab20")
     fig, axes = plt.subplots(1, len(FRONTS), figsize=(6.2 * len(FRONTS), 4.8))
-    for ax, (name, ((xm, _), (ym, _), label)) in zip(np.atleast_1d(axes), FRONTS.items()):
+    axes = np.atleast_1d(axes)
+    for ax, (name, ((xm, _), (ym, _), label)) in zip(axes, FRONTS.items()):
         for g, (hw, tr) in enumerate(groups):
             sel = [r for r in rows if (r["hardware"], r["trace"]) == (hw, tr)]
             ax.scatter([r["metrics"][xm] for r in sel], [r["metrics"][ym] for r in sel],
@@ -154,7 +170,7 @@ def plot_pareto(rows: list[dict], path, title: str = "") -> None:
         ax.set_ylabel(ym)
         ax.set_title(label)
         ax.grid(alpha=0.3)
-    np.atleast_1d(axes)[0].legend(fontsize=7, loc="best")
+    axes[0].legend(fontsize=7, loc="best")
     if title:
         fig.suptitle(title)
     fig.tight_layout()
@@ -175,7 +191,8 @@ def _plain(x):
 
 
 def write_outputs(out_dir, rows: list[dict], meta: dict) -> list[Path]:
-    """Write ``sweep.json``, ``sweep.csv``, ``sweep.md`` and ``pareto.png`` atomically."""
+    """Write sweep.json, sweep.csv, sweep.md, pareto.png: each rendered to a temporary
+    file first, and all renamed into place only once all four are complete."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     doc = json.dumps(_plain({"schema": "kvtune.sweep/1", "meta": meta, "rows": rows}),
@@ -185,7 +202,8 @@ def write_outputs(out_dir, rows: list[dict], meta: dict) -> list[Path]:
     tmps: dict[str, str] = {}
     try:
         for name in (*texts, "pareto.png"):
-            fd, tmps[name] = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
+            fd, tmps[name] = tempfile.mkstemp(dir=out, prefix=f".{name}.",
+                                              suffix=".tmp")
             os.close(fd)
             os.chmod(tmps[name], 0o644)
         for name, text in texts.items():
