@@ -19,15 +19,19 @@ from flax import struct
 
 from hardware import iteration_time
 from models import relax
-from models.server import (Acc, ServerConfig, Slots, assign_free_slots, hist_add,
-                           prefix_fit, prefix_sum)
+from models.server import (Acc, ServerConfig, Slots, fifo_entries, hist_add, nth_true,
+                           pack_bits, prefix_fit, prefix_gate, prefix_sum, slot_targets)
 from models.workload import Workload
 
-__all__ = ["KINDS", "Window", "Record", "SimState", "reserve", "step", "refresh",
-           "PREEMPTING"]
+__all__ = ["KINDS", "Window", "Record", "Finished", "SimState", "reserve", "step", "absorb",
+           "refresh", "PREEMPTING"]
 
 KINDS = ("static", "paged", "s3", "odma")
 PREEMPTING = ("paged", "s3", "odma")
+# Relaxation scales: a temperature T smooths token comparisons over T * token_scale tokens
+# (ServerConfig) and probability comparisons (u vs tau, quantile levels vs the window's
+# CDF) over T * PROB_SCALE.
+PROB_SCALE = 0.05
 
 
 @struct.dataclass
@@ -51,6 +55,16 @@ class Record:
     finish_s: jax.Array     # [N] float32 finish time
     reserved: jax.Array     # [N] float32 largest reservation (tokens, with prompt)
     r_admit: jax.Array      # [N] float32 output reservation at first admission
+
+
+@struct.dataclass
+class Finished:
+    """One iteration's completions per slot (stacked per block by the scan)."""
+
+    length: jax.Array  # [S] int32 realised length (<= max_len) entering the window; 0: none
+    ttft: jax.Array    # [S] float32 seconds
+    tpot: jax.Array    # [S] float32 seconds
+    bits: jax.Array    # [ceil(S/32)] uint32 the completion mask, 32 slots per word
 
 
 @struct.dataclass
@@ -87,7 +101,7 @@ def reserve(kind, params, bounds, prompt, pred, u, t, cfg):
     r_bucket = jnp.sum(probs[:, :-1] * bounds[None, :], -1) + probs[:, -1] * max_len
     if kind == "s3":
         return r_bucket, jnp.zeros(pred.shape)
-    route = relax.soft_gt(u, params["tau"], t)
+    route = relax.soft_gt(u, params["tau"], t, PROB_SCALE)
     r = (1.0 - route) * r_bucket + route * max_len
     return r, route + (1.0 - route) * probs[:, -1]
 
@@ -106,9 +120,13 @@ def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, kind):
     size_n, size_l = _pool_sizes(cfg, params, kind)
     migr_large = 1.0 if kind == "odma" else 0.0
 
+    slot = jnp.arange(cfg.n_slots, dtype=jnp.int32)
+
     # 1. idle jump
     head_arr = jnp.where(st.head < n, wl.arrival_s[jnp.minimum(st.head, n - 1)], jnp.inf)
-    jump = ~jnp.any(sl.status > 0) & (head_arr > st.clock) & jnp.isfinite(head_arr)
+    # slot counts by status, kept up to date below (integers: no further reductions)
+    n_free, n_wait = jnp.sum(sl.status == 0), jnp.sum(sl.status == 2)
+    jump = (n_free == cfg.n_slots) & (head_arr > st.clock) & jnp.isfinite(head_arr)
     clock = jnp.where(jump, head_arr, st.clock)
 
     # 2. overflow of running slots (before admissions)
@@ -151,8 +169,8 @@ def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, kind):
     peak_res = jnp.maximum(peak_res, jnp.where(running, reserved, 0.0))
     status = jnp.where(preempt, 2, sl.status)
     reserved = jnp.where(preempt, 0.0, reserved)
-    acc = acc.replace(preemptions=acc.preemptions + jnp.sum(preempt),
-                      stalls=acc.stalls + jnp.sum(stall))
+    n_pre, n_stall = jnp.sum(preempt), jnp.sum(stall)
+    acc = acc.replace(preemptions=acc.preemptions + n_pre, stalls=acc.stalls + n_stall)
     decoding = running & ~preempt & ~stall
     held = jnp.where(status == 1, reserved, 0.0)
     used_l = jnp.sum(held * large)
@@ -160,22 +178,27 @@ def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, kind):
 
     # 3a. re-admission of preempted slots (slot order, head-of-line)
     resumed = jnp.zeros_like(over)
-    n_run = jnp.sum(status == 1)
+    n_run = cfg.n_slots - n_free - n_wait - n_pre  # status == 1
+    n_dec = n_run - n_stall  # decoding
+    n_wait = n_wait + n_pre
+    n_res = jnp.zeros((), jnp.int32)
     if kind in PREEMPTING:  # slots preempted in this iteration wait at least one
         waiting = (status == 2) & ~preempt
         need_p = _need_resume(kind, params, ctx, sl.prompt, cfg)
         size, used = (size_l, used_l) if kind == "odma" else (size_n, used_n)
         fit_p = relax.hard(prefix_fit(need_p, size, used, waiting, t, scale))
-        rank_p = prefix_sum(waiting) - 1
-        ok_p = waiting & fit_p & (n_run + rank_p < cfg.max_batch)
-        fail = waiting & ~ok_p
-        resumed = ok_p & (prefix_sum(fail) == 0)
+        cap = cfg.max_batch - n_run  # resumed slots: the first ``cap`` waiting at most
+        cap_end = jnp.where(cap > 0, nth_true(waiting, jnp.maximum(cap, 0)[None])[0], 0)
+        ok_p = waiting & fit_p & (slot < cap_end)
+        first_fail = jnp.min(jnp.where(waiting & ~ok_p, slot, cfg.n_slots))
+        resumed = ok_p & (slot < first_fail)
         status = jnp.where(resumed, 1, status)
         reserved = jnp.where(resumed, need_p, reserved)
         large = jnp.where(resumed, migr_large, large)
         peak_res = jnp.maximum(peak_res, jnp.where(resumed, need_p, 0.0))
-        any_waiting = jnp.any((status == 2) & ~resumed)
-        n_run = n_run + jnp.sum(resumed)
+        n_res = jnp.sum(resumed)
+        n_run, n_wait = n_run + n_res, n_wait - n_res
+        any_waiting = n_wait > 0
         held = jnp.where(status == 1, reserved, 0.0)
         used_l = jnp.sum(held * large)
         used_n = jnp.sum(held) - used_l
@@ -185,56 +208,69 @@ def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, kind):
     # 3b. FCFS admission of new requests
     cand = st.head + jnp.arange(a)
     cc = jnp.minimum(cand, n - 1)
+    c_arrival, c_output = wl.arrival_s[cc], wl.output_tokens[cc]
     ok_idx = (cand < n) & wl.valid[cc]
     c_prompt = wl.prompt_tokens[cc]
     r, large_soft = reserve(kind, params, st.win.bounds, c_prompt.astype(jnp.float32),
                             wl.pred_tokens[cc], wl.pred_u[cc], t, cfg)
     in_large = relax.hard(large_soft) if kind == "odma" else jnp.zeros(a, bool)
     need = c_prompt + r
-    gate = jnp.where(in_large,
-                     prefix_fit(need, size_l, used_l, ok_idx & in_large, t, scale),
-                     prefix_fit(need, size_n, used_n, ok_idx & ~in_large, t, scale))
+    # one stacked prefix sum: normal-pool needs, large-pool needs (odma), prompts
+    m_n, m_l = ok_idx & ~in_large, ok_idx & in_large
+    rows = [jnp.where(m_n, need, 0.0), c_prompt.astype(jnp.float32)]
+    if kind == "odma":
+        rows.append(jnp.where(m_l, need, 0.0))
+    cum = prefix_sum(jnp.stack(rows))
+    gate = prefix_gate(cum[0], size_n, used_n, m_n, t, scale)
+    if kind == "odma":
+        gate = jnp.where(in_large, prefix_gate(cum[2], size_l, used_l, m_l, t, scale), gate)
     rank = jnp.arange(a)
-    n_free = jnp.sum(status == 0)
-    cum_prompt = prefix_sum(c_prompt)
-    ok = (ok_idx & (wl.arrival_s[cc] <= clock) & (rank < n_free)
+    cum_prompt = jnp.round(cum[1]).astype(jnp.int32)
+    ok = (ok_idx & (c_arrival <= clock) & (rank < n_free)
           & (n_run + rank < cfg.max_batch) & ((cum_prompt <= cfg.max_prefill) | (rank == 0))
           & relax.hard(gate) & ~any_waiting)
-    admitted = jnp.cumprod(ok.astype(jnp.int32)).astype(bool)
-    n_adm = jnp.sum(admitted)
+    n_adm = jnp.min(jnp.where(ok, a, rank))  # the walk stops at the first failure
+    admitted = rank < n_adm
     # the structure (who is admitted) is hard; what an admitted request contributes is
     # weighted by its soft gate (>= 0.5 when admitted, -> 1 as T -> 0; 1 in exact mode)
     w_c = gate
-    take, kk = assign_free_slots(status == 0, n_adm)
-    pick = lambda x, old: jnp.where(take, x[kk], old)  # noqa: E731
+    take, dst = slot_targets(status == 0, n_adm, a)
+    pick = lambda x, old: old.at[dst].set(x, mode="drop", unique_indices=True)  # noqa: E731
     sl_req = pick(cand, sl.req)
     prompt = pick(c_prompt, sl.prompt)
-    output = pick(wl.output_tokens[cc], sl.output)
+    output = pick(c_output, sl.output)
     gen = jnp.where(take, 0, sl.gen)
     reserved = pick(need, reserved)
     peak_res = pick(need, peak_res)
     r_admit = pick(r, sl.r_admit)
     large = pick(in_large.astype(jnp.float32), large)
     weight = pick(w_c, sl.weight)
-    arrival = pick(wl.arrival_s[cc], sl.arrival)
+    arrival = pick(c_arrival, sl.arrival)
     t_admit = jnp.where(take, clock, sl.t_admit)
     status = jnp.where(take, 1, status)
     head = st.head + n_adm
-    acc = acc.replace(queue_s=acc.queue_s + jnp.sum(jnp.where(take, weight * (clock - arrival), 0.0)))
+    if kind in ("s3", "odma"):  # bucket overflows, counted (softly) at admission
+        ovf = relax.soft_gt(c_output.astype(jnp.float32), r, t, scale,
+                            margin=0.25) * (1.0 - large_soft)
+        acc = acc.replace(overflows=acc.overflows + jnp.sum(jnp.where(admitted, w_c * ovf,
+                                                                       0.0)))
+    acc = acc.replace(queue_s=acc.queue_s + jnp.sum(jnp.where(take, weight * (clock - arrival),
+                                                              0.0)))
 
     # drop rule: nothing can run and the first waiting item can never fit its pool
-    idle = ~jnp.any(status == 1)
+    idle = n_run + n_adm == 0
     if kind in PREEMPTING:
         waiting = (status == 2) & ~preempt
-        first_w = jnp.argmax(waiting)
+        first_w = jnp.min(jnp.where(waiting, slot, cfg.n_slots))
         pool_w = size_l if kind == "odma" else size_n
-        drop_w = idle & jnp.any(waiting) & (need_p[first_w] > pool_w)
-        status = status.at[first_w].set(jnp.where(drop_w, 0, status[first_w]))
-        any_waiting = jnp.any(status == 2)
+        drop_w = (idle & (first_w < cfg.n_slots)
+                  & (need_p[jnp.minimum(first_w, cfg.n_slots - 1)] > pool_w))
+        status = jnp.where(drop_w & (slot == first_w), 0, status)
+        any_waiting = n_wait - drop_w > 0
     else:
         drop_w = jnp.zeros((), bool)
     pool0 = jnp.where(in_large[0], size_l, size_n)
-    drop_h = (idle & ~any_waiting & ~drop_w & ok_idx[0] & (wl.arrival_s[cc[0]] <= clock)
+    drop_h = (idle & ~any_waiting & ~drop_w & ok_idx[0] & (c_arrival[0] <= clock)
               & (need[0] > pool0))
     head = head + drop_h
     acc = acc.replace(dropped=acc.dropped + drop_w + drop_h)
@@ -246,7 +282,7 @@ def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, kind):
     dec_seqs = jnp.sum(dec_w)
     dec_ctx = jnp.sum(dec_w * ctx)
     chunk = params["block_size"] if kind == "paged" else jnp.float32(cfg.max_len)
-    busy = jnp.any(take | resumed | decoding)
+    busy = n_adm + n_res + n_dec > 0
     dt = jnp.where(busy, iteration_time(hw, prefill, dec_seqs, dec_ctx, chunk, copy_bytes), 0.0)
     clock = clock + dt
     progressed = take | resumed | decoding
@@ -276,12 +312,9 @@ def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, kind):
             cfg.ttft_slo_s, ttft, t, 0.1 * cfg.ttft_slo_s)),
         tpot_ok=acc.tpot_ok + jnp.sum(wd * relax.soft_ge(
             cfg.tpot_slo_s, tpot, t, 0.1 * cfg.tpot_slo_s)),
-        ttft_hist=hist_add(acc.ttft_hist, ttft, jnp.where(done, 1.0, 0.0)),
-        tpot_hist=hist_add(acc.tpot_hist, tpot, jnp.where(done, 1.0, 0.0)),
     )
-    win = st.win
-    if kind == "odma":
-        win = _window_add(win, jnp.minimum(output, cfg.max_len), done)
+    fin = Finished(length=jnp.where(done, jnp.minimum(output, cfg.max_len), 0),
+                   ttft=ttft, tpot=tpot, bits=pack_bits(done))
     rec = st.rec
     if rec is not None:
         ridx = jnp.where(take, sl_req, n)  # out of range -> dropped by the scatter
@@ -301,28 +334,62 @@ def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, kind):
                   output=output, gen=gen, reserved=jnp.where(status == 0, 0.0, reserved),
                   peak_res=peak_res, r_admit=r_admit, large=large, weight=weight,
                   arrival=arrival, t_admit=t_admit, t_first=t_first)
-    new = SimState(slots=slots, head=head, clock=clock, it=st.it + 1, win=win, acc=acc,
+    new = SimState(slots=slots, head=head, clock=clock, it=st.it + 1, win=st.win, acc=acc,
                    rec=rec)
-    return new, jnp.sum(now)
+    return new, (jnp.sum(now), fin)
 
 
-def _window_add(win: Window, lengths, done):
-    w = win.ring.shape[0]
-    pos = (win.ptr + prefix_sum(done) - 1) % w
-    pos = jnp.where(done, pos, w)
-    old = win.ring[jnp.minimum(pos, w - 1)]
-    ones = jnp.where(done, 1.0, 0.0)
-    hist = win.hist.at[jnp.where(done, old, 0)].add(-ones)
-    hist = hist.at[lengths].add(ones)
-    n_done = jnp.sum(done)
-    return win.replace(ring=win.ring.at[pos].set(lengths, mode="drop"), hist=hist,
-                       ptr=(win.ptr + n_done) % w, since=win.since + n_done)
+def absorb(st: SimState, fin: Finished, kind, chunk: int = 64, latency: bool = True
+           ) -> SimState:
+    """Enter a block's completions ``fin`` ([R, S]) into the latency histograms (unless
+    ``latency`` is False) and, for ``odma``, the window ring (steps 6-7), in FIFO order
+    (iteration, then slot).
+
+    Completions are taken ``chunk`` at a time, so the histogram and ring work follows the
+    number of completions, not ``R * S``.
+    """
+    if not latency and kind != "odma":
+        return st
+    m = jnp.sum(jax.lax.population_count(fin.bits).astype(jnp.int32))
+    n_slots = fin.length.shape[-1]
+    win, acc = st.win, st.acc
+    if kind == "odma":
+        chunk = min(chunk, win.ring.shape[0])  # ring positions within a chunk stay distinct
+    j = jnp.arange(chunk, dtype=jnp.int32)
+
+    def body(c):
+        c0, ring, whist, ptr, th, ph = c
+        r, s = fifo_entries(fin.bits, c0 + j)
+        s = jnp.minimum(s, n_slots - 1)
+        ok = c0 + j < m
+        ones = jnp.where(ok, 1.0, 0.0)
+        ttft, tpot = jax.lax.stop_gradient((fin.ttft[r, s], fin.tpot[r, s]))
+        if latency:
+            th, ph = hist_add(th, ttft, ones), hist_add(ph, tpot, ones)
+        if kind == "odma":
+            w = ring.shape[0]
+            lengths = jnp.where(ok, fin.length[r, s], 0)
+            rpos = jnp.where(ok, (ptr + j) % w, w)
+            old = ring[jnp.minimum(rpos, w - 1)]
+            whist = whist.at[jnp.where(ok, old, 0)].add(-ones).at[lengths].add(ones)
+            ring = ring.at[rpos].set(lengths, mode="drop")
+            ptr = (ptr + jnp.sum(ok)) % w
+        return c0 + chunk, ring, whist, ptr, th, ph
+
+    # the first chunk outside the loop: XLA runs a loop body markedly slower, and the
+    # loop (more than ``chunk`` completions in a block) is rare
+    c = body((jnp.zeros((), jnp.int32), win.ring, win.hist, win.ptr, acc.ttft_hist,
+              acc.tpot_hist))
+    c = jax.lax.while_loop(lambda c: c[0] < m, body, c)
+    if kind == "odma":
+        win = win.replace(ring=c[1], hist=c[2], ptr=c[3], since=win.since + m)
+    return st.replace(win=win, acc=acc.replace(ttft_hist=c[4], tpot_hist=c[5]))
 
 
 def refresh(win: Window, params, t, refresh_every):
     """Recompute bounds as window quantiles if enough completions arrived (step 7)."""
     cdf = prefix_sum(win.hist) / jnp.sum(win.hist)
-    fresh = relax.quantile_from_cdf(cdf, params["levels"], t)
+    fresh = relax.quantile_from_cdf(cdf, params["levels"], t * PROB_SCALE)
     due = win.since >= refresh_every
     return win.replace(bounds=jnp.where(due, fresh, win.bounds),
                        since=jnp.where(due, 0, win.since))

@@ -21,7 +21,13 @@ __all__ = [
     "init_slots",
     "init_acc",
     "prefix_fit",
+    "prefix_gate",
     "assign_free_slots",
+    "slot_targets",
+    "pack_bits",
+    "nth_bit",
+    "nth_true",
+    "fifo_entries",
     "hist_add",
     "hist_quantile",
     "LAT_EDGES",
@@ -81,7 +87,8 @@ class Acc:
     actual_kv: jax.Array     # [] sum of prompt + output of finished requests
     reserved_kv: jax.Array   # [] sum of their largest reservation
     fit: jax.Array           # [] finished requests whose output <= r_admit
-    migrations: jax.Array    # []
+    migrations: jax.Array    # [] migrations performed
+    overflows: jax.Array     # [] (soft) admitted requests whose output outgrows their bucket
     preemptions: jax.Array   # []
     stalls: jax.Array        # [] slot-iterations without progress
     dropped: jax.Array       # []
@@ -99,7 +106,7 @@ class Acc:
 def init_acc() -> Acc:
     z = jnp.zeros((), jnp.float32)
     h = jnp.zeros(LAT_EDGES.shape, jnp.float32)
-    return Acc(completed=z, tokens=z, actual_kv=z, reserved_kv=z, fit=z, migrations=z,
+    return Acc(completed=z, tokens=z, actual_kv=z, reserved_kv=z, fit=z, migrations=z, overflows=z,
                preemptions=z, stalls=z, dropped=z, queue_s=z, ttft_ok=z, tpot_ok=z,
                ttft_hist=h, tpot_hist=h, peak_kv=z, max_use=z, busy_s=z, iters=z)
 
@@ -113,10 +120,15 @@ def prefix_sum(x):
     and cast back.
     """
     n = x.shape[-1]
-    if n % 16 or n < 32:
+    if n < 32:
         return jnp.cumsum(x, axis=-1)
     dtype = x.dtype
     xf = x.astype(jnp.float32)
+    if n % 16:  # pad to whole blocks (zeros do not change a prefix sum)
+        pad = jnp.zeros(x.shape[:-1] + (16 - n % 16,), jnp.float32)
+        return prefix_sum(jnp.concatenate([xf, pad], -1))[..., :n].astype(dtype) \
+            if jnp.issubdtype(dtype, jnp.floating) else \
+            jnp.round(prefix_sum(jnp.concatenate([xf, pad], -1))[..., :n]).astype(jnp.int32)
     tri = jnp.triu(jnp.ones((16, 16), jnp.float32))
     blocks = xf.reshape(x.shape[:-1] + (n // 16, 16)) @ tri
     offsets = blocks[..., -1] @ jnp.triu(jnp.ones((n // 16, n // 16), jnp.float32), 1)
@@ -134,7 +146,12 @@ def prefix_fit(need, size, used, mask, t, scale):
     ``need`` and the pool ``size``; ``used`` (occupancy built by earlier decisions) is
     stop-gradiented, the fix for exploding gradients through chains of admissions.
     """
-    cum = prefix_sum(jnp.where(mask, need, 0.0))
+    return prefix_gate(prefix_sum(jnp.where(mask, need, 0.0)), size, used, mask, t, scale)
+
+
+def prefix_gate(cum, size, used, mask, t, scale):
+    """:func:`prefix_fit` from the prefix sums ``cum`` of the masked needs (so several
+    prefix rules can share one stacked :func:`prefix_sum`)."""
     free = size - jax.lax.stop_gradient(used)
     gate = relax.soft_ge(free - cum, 0.0, t, scale, margin=0.25)
     return jnp.where(mask, gate, 0.0)
@@ -148,6 +165,73 @@ def assign_free_slots(free_mask, n_new):
     rank = prefix_sum(free_mask.astype(jnp.int32)) - 1
     take = free_mask & (rank < n_new)
     return take, jnp.where(take, rank, 0)
+
+
+def pack_bits(mask):
+    """A boolean [S] mask as uint32 words (slot s is bit s % 32 of word s // 32)."""
+    m = jnp.pad(mask, (0, -mask.shape[-1] % 32)).reshape(-1, 32).astype(jnp.uint32)
+    return jnp.sum(m << jnp.arange(32, dtype=jnp.uint32), -1, dtype=jnp.uint32)
+
+
+def nth_bit(x, q):
+    """Position of the ``q``-th (0-based) set bit of the uint32 ``x`` (elementwise; q must
+    be below popcount(x)): the largest p with popcount(x & (2**p - 1)) <= q."""
+    pos = jnp.zeros(jnp.shape(q), jnp.int32)
+    for b in (16, 8, 4, 2, 1):
+        low = x & ((jnp.uint32(1) << (pos + b).astype(jnp.uint32)) - jnp.uint32(1))
+        pos = jnp.where(jax.lax.population_count(low).astype(jnp.int32) <= q, pos + b, pos)
+    return pos
+
+
+def nth_true(mask, n):
+    """Index of the ``n``-th (0-based) True of a boolean [S] mask, for each of ``n`` [K]
+    (S where the mask has fewer; n >= 0). Exact integer work on packed words: no prefix
+    sum over S."""
+    n_slots = mask.shape[-1]
+    words = pack_bits(mask)
+    pc = jax.lax.population_count(words).astype(jnp.int32)
+    ends = jnp.cumsum(pc)
+    w = jnp.sum(ends[None, :] <= n[:, None], -1)  # word holding it (len(words): none)
+    wc = jnp.minimum(w, words.shape[0] - 1)
+    idx = wc * 32 + nth_bit(words[wc], n - (ends[wc] - pc[wc]))
+    return jnp.where(w < words.shape[0], idx, n_slots)
+
+
+def fifo_entries(bits, targets):
+    """(row, slot) of the completions numbered ``targets`` (0-based) in FIFO order
+    (row = iteration, then slot) of a block's packed completion masks ``bits`` [R, W].
+
+    Counts by popcount: the row, then the word, then the bit (a binary search on the
+    word's low bits). Targets beyond the block's count give valid indices (mask them).
+    """
+    n_rows = bits.shape[0]
+    pc = jax.lax.population_count(bits).astype(jnp.int32)  # [R, W]
+    word_end = jnp.cumsum(pc, -1)
+    row_end = prefix_sum(word_end[:, -1])
+    row = jnp.minimum(jnp.sum(row_end[None, :] <= targets[:, None], -1), n_rows - 1)
+    q = targets - (row_end[row] - word_end[row, -1])  # rank within the row
+    ends = word_end[row]  # [K, W]
+    word = jnp.minimum(jnp.sum(ends <= q[:, None], -1), bits.shape[1] - 1)
+    q = q - (jnp.take_along_axis(ends, word[:, None], -1)[:, 0] - pc[row, word])
+    x = bits[row, word]
+    return row, word * 32 + nth_bit(x, q)
+
+
+def slot_targets(free_mask, n_new, n_items: int):
+    """Slots taking the first ``n_new`` of ``n_items`` new items (the k-th item goes to
+    the k-th free slot; ``n_new`` must not exceed the free slots).
+
+    Returns ``(take [S] bool, dst [n_items] int32)``: ``dst[k]`` is item k's slot, or a
+    distinct out-of-range index (>= S) for items not placed, so that
+    ``old.at[dst].set(x, mode="drop", unique_indices=True)`` places them (a scatter of
+    ``n_items`` values instead of a gather per slot).
+    """
+    n_slots = free_mask.shape[-1]
+    item = jnp.arange(n_items, dtype=jnp.int32)
+    dst = nth_true(free_mask, item)
+    last = jnp.max(jnp.where(item < n_new, dst, -1))  # slot of the last item placed
+    take = free_mask & (jnp.arange(n_slots, dtype=jnp.int32) <= last)
+    return take, jnp.where(item < n_new, dst, n_slots + item)
 
 
 def hist_add(hist, values, weights):

@@ -92,6 +92,7 @@ def _predictions(trace: Trace, out, spec: ScenarioSpec, sl: slice):
             from tuner.presets import traces_dir
 
             model = pr.train(traces_dir() / "castillo-qwen2.5-7b", seed=0)
+            path.parent.mkdir(parents=True, exist_ok=True)
             model.save(path)
         texts = list(trace.prompt_text[sl])
         ds = list(trace.dataset[sl]) if trace.dataset is not None else None
