@@ -42,6 +42,7 @@ def test_missing_optional_dependency_exits_2(monkeypatch, capsys):
 
 @pytest.mark.skipif(not (traces_dir() / "azure-llm-2023-conv.csv").exists(),
                     reason="shared traces not found")
+@pytest.mark.slow  # a benchmark run (~2 min); the scoring helpers above are tested fast
 def test_quick_run_writes_comparable_monotone_curves(tmp_path):
     pytest.importorskip("optuna")
     pytest.importorskip("cma")
