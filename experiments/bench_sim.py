@@ -168,8 +168,8 @@ def run_bench(args) -> dict:
     sizes = [int(c) for c in args.configs.split(",")]
     rows = []
     for kind in args.systems.split(","):
-        opts = SimOptions(kind, window=10_000, refresh_every=1000, refresh_check=16,
-                          latency_hist=args.latency_hist)
+        extra = {} if args.latency_hist else {"latency_hist": False}
+        opts = SimOptions(kind, window=10_000, refresh_every=1000, refresh_check=16, **extra)
 
         def one(c, p, kind=kind, opts=opts):  # t = 0.0 (a constant): exact mode
             st, _ = simulate(wl, c, hw, p, 0.0, opts, args.steps)
