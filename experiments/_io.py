@@ -13,6 +13,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from tuner.atomic import write_bytes_atomic as _write_bytes
+
 __all__ = ["jsonable", "savefig_atomic", "write_bytes_atomic", "write_json_atomic",
            "write_text_atomic"]
 
@@ -27,20 +29,7 @@ def _umask_mode() -> int:
 
 def write_bytes_atomic(path, data: bytes) -> Path:
     """Write ``data`` to ``path`` (parents created) via a temporary file and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, _umask_mode())
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return _write_bytes(path, data)
 
 
 def write_text_atomic(path, text: str) -> Path:

@@ -43,7 +43,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
@@ -52,6 +51,8 @@ from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
+
+from tuner.atomic import write_bytes_atomic
 
 __all__ = [
     "FULL",
@@ -517,17 +518,7 @@ def render_plot(doc: dict) -> bytes:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes_atomic(path, data)
 
 
 def _jsonable(x):

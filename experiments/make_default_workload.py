@@ -15,12 +15,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from tuner.atomic import write_bytes_atomic
 from tuner.presets import DEFAULT_TABLE, SCHEMA_VERSION, traces_dir
 from tuner.traces import load_trace
 
@@ -83,19 +82,9 @@ def build_table(trace_path: Path, readme: Path) -> dict:
 
 def write_atomic(path: Path, table: dict) -> None:
     """Write ``table`` as JSON to ``path`` via a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     items = (f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in table.items())
     text = "{\n" + ",\n".join(items) + "\n}\n"  # one field per line, lists inline
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def main(argv=None) -> int:

@@ -18,13 +18,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import os
 import re
-import tempfile
 import zlib
 from pathlib import Path
 
 import numpy as np
+
+from tuner.atomic import write_bytes_atomic
 
 __all__ = [
     "CATEGORY_VOCAB",
@@ -164,16 +164,7 @@ class PromptRecords:
 
 def atomic_write(path, data: bytes) -> None:
     """Write bytes via a temporary file in the same folder and os.replace."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a model file is not a secret
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_bytes_atomic(path, data)
 
 
 def _field(rec: dict, name: str, where: str):

@@ -6,8 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from flax import serialization
 
 from models import get_system, validate_params
 from tuner.evaluate import evaluate
+from tuner.atomic import write_bytes_atomic
 from tuner.gradcheck import Problem, check
 from tuner.objectives import parse_objective
 from tuner.scenario import ScenarioSpec, build_scenario
@@ -71,17 +70,7 @@ def _n_steps(sc, system, params) -> int:
 
 
 def _atomic_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes_atomic(path, data)
 
 
 def _key(spec: ScenarioSpec, st: FitSettings) -> str:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -12,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from models import get_system, validate_params
+from tuner.atomic import write_json_atomic as _write_json
 from tuner.scenario import ScenarioSpec
 
 __all__ = ["SCHEMA", "make_policy", "write_json_atomic", "load_policy", "package_version"]
@@ -60,19 +59,7 @@ def make_policy(*, system, params, scenario: ScenarioSpec, workload: dict, metri
 
 def write_json_atomic(path, doc: dict) -> None:
     """Write JSON to a temp file in the target directory, fsync, then rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=2, sort_keys=True, allow_nan=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    _write_json(path, doc)
 
 
 def load_policy(path) -> dict:
