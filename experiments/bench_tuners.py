@@ -36,7 +36,6 @@ Set ``JAX_COMPILATION_CACHE_DIR`` to reuse compiled simulators between runs.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import io
 import json
@@ -68,7 +67,8 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
-METHODS = ("gradient", "tpe", "cma", "random")
+METHODS = ("gradient", "hybrid", "tpe", "cma", "random")
+GRADIENT_METHODS = ("gradient", "hybrid")
 TOLERANCE = 0.01      # "within 1% of the best objective any method finds"
 TARGET_RATIO = 5.0    # the gradient tuner should need 5x less budget than TPE
 LADDER = (4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 768, 1024)
@@ -86,9 +86,10 @@ class BenchConfig:
     tp: int = 1                  # tensor parallelism: 1 keeps the server memory-bound
     rate: float = 0.0            # offered load, req/s (0: the trace's own / default)
     crn: int = 2                 # CRN workloads per evaluation (as FitSettings.crn)
-    grad_steps: int = 30         # FitSettings.budget of the gradient tuner
+    grad_steps: int = 16         # FitSettings.budget of the gradient tuner
     check_every: int = 1         # the gradient tuner's exact-check cadence
-    budget: int = 240            # exact evaluations for each black-box method
+    explore: int = 8             # hybrid: FitSettings.explore (random exact samples first)
+    budget: int = 160            # exact evaluations for each black-box method
     tpe_batch: int = 1           # trials asked before telling (1: sequential TPE)
     box: float = 5.0             # theta box for TPE and random search (and CMA bounds)
     sigma0: float = 1.0          # CMA-ES initial step size in theta space
@@ -99,44 +100,11 @@ class BenchConfig:
 
 FULL = BenchConfig()
 QUICK = BenchConfig(traces=("azure-conv",), seeds=2, n_requests=100, n_slots=32, crn=1,
-                    grad_steps=3, check_every=1, budget=24)
+                    grad_steps=3, check_every=1, explore=4, budget=24)
 
 
 # ---------------------------------------------------------------------------------------
 # one (trace, seed) problem: all four methods
-
-
-@contextlib.contextmanager
-def _recording_problems():
-    """Record the :class:`Problem` that ``fit`` builds, and its exact values with cost.
-
-    ``fit`` builds its Problem internally; this swaps in a subclass for the duration of
-    the call so the benchmark can (a) read the cost spent whenever the tuner measures an
-    exact objective and (b) reuse the very same compiled problem for the other methods.
-    """
-    from tuner import fitting
-
-    built = []
-
-    class Recorded(fitting.Problem):
-        def __init__(self, *args, **kw):
-            super().__init__(*args, **kw)
-            self.exact_log = []   # (cost in request-iterations, exact objective)
-            self.recording = True
-            built.append(self)
-
-        def value(self, theta, t=0.0):
-            v, m = super().value(theta, t)
-            if self.recording and float(t) == 0.0:
-                self.exact_log.append((self.cost, v))
-            return v, m
-
-    original = fitting.Problem
-    fitting.Problem = Recorded
-    try:
-        yield built
-    finally:
-        fitting.Problem = original
 
 
 class _Flat:
@@ -238,31 +206,35 @@ def _run_tpe(meter, x0, cfg, seed, labels):
 
 def run_task(trace: str, seed: int, cfg: BenchConfig) -> dict:
     """All methods on one ``(trace, seed)`` problem; costs in exact evaluations."""
-    from tuner.fitting import FitSettings, fit
+    from tuner.fitting import FitSettings, build_problem, fit
     from tuner.scenario import ScenarioSpec
 
     spec = ScenarioSpec(trace=trace, n_requests=cfg.n_requests, n_slots=cfg.n_slots,
                         max_batch=cfg.n_slots, seed=seed, tp=cfg.tp,
                         rate=cfg.rate if cfg.rate > 0 else None)
-    st = FitSettings(system=cfg.system, objective=cfg.objective, budget=cfg.grad_steps,
-                     crn=cfg.crn, check_every=cfg.check_every, seed=seed)
-    runs, wall = {}, {}
-    t0 = time.perf_counter()
-    with _recording_problems() as built:
-        res = fit(spec, st, log=lambda s: None)
-    wall["gradient"] = time.perf_counter() - t0
-    if len(built) != 1:
-        raise RuntimeError(f"expected fit() to build one Problem, it built {len(built)}")
-    prob = built[0]
-    prob.recording = False
-    unit = prob.n_crn * prob.n_steps * prob.n_slots  # request-iterations per exact eval
-    runs["gradient"] = {"cost": [c / unit for c, _ in prob.exact_log],
-                        "value": [v for _, v in prob.exact_log],
-                        "spent": prob.cost / unit}
+    runs, wall, fits = {}, {}, {}
+    for name, explore in (("gradient", 0), ("hybrid", cfg.explore)):
+        st = FitSettings(system=cfg.system, objective=cfg.objective,
+                         budget=cfg.grad_steps, crn=cfg.crn, check_every=cfg.check_every,
+                         explore=explore, box=cfg.box, seed=seed)
+        log = []  # (cost in request-iterations, exact objective) of every exact evaluation
+        t0 = time.perf_counter()
+        res = fit(spec, st, log=lambda s: None,
+                  listeners=[lambda cost, theta, v, log=log: log.append((cost, v))])
+        wall[name] = time.perf_counter() - t0
+        unit = res.unit
+        runs[name] = {"cost": [c / unit for c, _ in log], "value": [v for _, v in log],
+                      "spent": res.cost / unit}
+        fits[name] = {"floor": res.floor, "estimators": res.estimators,
+                      "steps": res.steps, "params": res.params,
+                      "best_exact": res.best_exact}
+    # the black-box methods share one problem, built as fit builds it (compiled code is
+    # reused: equal shapes and static settings)
+    prob, _ = build_problem(spec, st)
     flat = _Flat(prob.space)
     x0 = flat.vec(prob.space.to_theta(prob.space.base))
     batch = 2 * len(flat.labels)  # the size fit's finite differences already compiled
-    for name in METHODS[1:]:
+    for name in METHODS[2:]:
         meter = _Meter(prob, flat)
         t0 = time.perf_counter()
         if name == "tpe":
@@ -280,9 +252,7 @@ def run_task(trace: str, seed: int, cfg: BenchConfig) -> dict:
     return {"trace": trace, "seed": seed, "n_steps": prob.n_steps, "n_crn": prob.n_crn,
             "n_slots": prob.n_slots, "unit_request_iterations": unit,
             "default_objective": runs["random"]["value"][0], "best_objective": best,
-            "gradient_fit": {"floor": res.floor, "estimators": res.estimators,
-                             "steps": res.steps, "params": res.params},
-            "runs": runs}
+            "gradient_fits": fits, "runs": runs}
 
 
 # ---------------------------------------------------------------------------------------
@@ -359,27 +329,30 @@ def summarise(tasks: list, cfg: BenchConfig) -> dict:
                                "reached": sum(c is not None for c in costs),
                                "seeds": len(costs),
                                "spent_max": max(t["runs"][m]["spent"] for t in ts)}
-        ratio[trace] = _ratio(reach[trace])
+        for g in GRADIENT_METHODS:
+            ratio.setdefault(g, {})[trace] = _ratio(reach[trace], g)
     pooled = {}
     for m in METHODS:
         costs = [c for tr in cfg.traces for c in reach[tr][m]["per_seed"]]
         pooled[m] = {"per_seed": costs, "median": _median(costs),
                      "reached": sum(c is not None for c in costs), "seeds": len(costs),
                      "spent_max": max(reach[tr][m]["spent_max"] for tr in cfg.traces)}
-    ratio["all"] = _ratio(pooled)
-    met = all(ratio[k]["value"] is not None and ratio[k]["value"] >= TARGET_RATIO
-              for k in ratio)
+    met = {}
+    for g in GRADIENT_METHODS:
+        ratio[g]["all"] = _ratio(pooled, g)
+        met[g] = all(q["value"] is not None and q["value"] >= TARGET_RATIO
+                     for q in ratio[g].values())
     return {"budgets": budgets, "curves": curves, "to_within_1pct": reach,
-            "pooled_to_within_1pct": pooled, "ratio_tpe_over_gradient": ratio,
+            "pooled_to_within_1pct": pooled, "ratio_tpe_over": ratio,
             "target_ratio": TARGET_RATIO, "target_met": met}
 
 
-def _ratio(reach: dict) -> dict:
-    """TPE's median budget to the 1% band over the gradient tuner's (a bound if TPE or
-    the gradient tuner did not get there in half the seeds)."""
-    g, p = reach["gradient"]["median"], reach["tpe"]["median"]
+def _ratio(reach: dict, method: str = "gradient") -> dict:
+    """TPE's median budget to the 1% band over ``method``'s (a bound if TPE did not get
+    there in half the seeds; none if ``method`` did not)."""
+    g, p = reach[method]["median"], reach["tpe"]["median"]
     if g is None:
-        return {"value": None, "bound": None, "note": "gradient tuner did not reach the "
+        return {"value": None, "bound": None, "note": f"{method} did not reach the "
                 "1% band in at least half the seeds"}
     if p is None:
         return {"value": None, "bound": reach["tpe"]["spent_max"] / g,
@@ -419,8 +392,8 @@ def render_markdown(doc: dict) -> str:
              setup, "",
              "## Budget to reach within 1% of the best objective any method found", "",
              reach_doc, "",
-             "| trace | " + " | ".join(METHODS) + " | TPE / gradient |",
-             "|---|" + "---|" * (len(METHODS) + 1)]
+             "| trace | " + " | ".join(METHODS) + " | TPE / gradient | TPE / hybrid |",
+             "|---|" + "---|" * (len(METHODS) + 2)]
     reach = dict(s["to_within_1pct"], all=s["pooled_to_within_1pct"])
     for tr, rows in reach.items():
         cells = []
@@ -429,18 +402,22 @@ def render_markdown(doc: dict) -> str:
             per = [c for c in r["per_seed"] if c is not None]
             spread = f" [{min(per):.0f}-{max(per):.0f}]" if per else ""
             cells.append(f"{_fmt(r['median'])}{spread} ({r['reached']}/{r['seeds']})")
-        q = s["ratio_tpe_over_gradient"][tr]
-        rq = (f"{q['value']:.2f}x" if q["value"] is not None else
-              f">= {q['bound']:.2f}x" if q["bound"] is not None else "n/a")
+        for g in GRADIENT_METHODS:
+            q = s["ratio_tpe_over"][g][tr]
+            cells.append(f"{q['value']:.2f}x" if q["value"] is not None else
+                         f">= {q['bound']:.2f}x" if q["bound"] is not None else "n/a")
         name = tr if tr != "all" else "all (pooled)"
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {rq} |")
-    allq = s["ratio_tpe_over_gradient"]["all"]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     verdict = (
         "Cells: median [min-max over the seeds that reached] (seeds reached / seeds). "
+        "`hybrid` is the gradient tuner started from the best of "
+        f"{cfg['explore']} random exact samples in the theta box (`FitSettings.explore`). "
         "Target: the gradient tuner reaches the 1% band with "
         f">= {s['target_ratio']:.0f}x less budget than TPE on every trace and pooled: "
-        f"**{'met' if s['target_met'] else 'not met'}**"
-        + (f" ({allq['note']})" if allq["note"] else "") + ".")
+        + "; ".join(f"{g} **{'met' if s['target_met'][g] else 'not met'}**"
+                    + (f" ({s['ratio_tpe_over'][g]['all']['note']})"
+                       if s["ratio_tpe_over"][g]["all"]["note"] else "")
+                    for g in GRADIENT_METHODS) + ".")
     lines += ["", verdict, ""]
     curve_doc = (
         "Median [min, max] over seeds of the best exact objective reached within the "
@@ -463,9 +440,9 @@ def render_markdown(doc: dict) -> str:
             lines.append(f"| {b} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += ["## Per (trace, seed)", "",
-              ("| trace | seed | default | best | gradient | tpe | cma | random "
-               "| wall s (g/t/c/r) |"),
-              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+              ("| trace | seed | default | best | " + " | ".join(METHODS)
+               + " | wall s (" + "/".join(m[0] for m in METHODS) + ") |"),
+              "|---|---:|---:|---:|" + "---:|" * len(METHODS) + "---|"]
     for t in doc["tasks"]:
         finals = [max(t["runs"][m]["value"], default=None) for m in METHODS]
         walls = "/".join(f"{t['runs'][m]['wall_s']:.0f}" for m in METHODS)
@@ -473,8 +450,8 @@ def render_markdown(doc: dict) -> str:
                      f"{_fmt(t['best_objective'])} | "
                      + " | ".join(_fmt(v) for v in finals) + f" | {walls} |")
     lines += ["", ("Final columns: best exact objective each method reached with its "
-                   "whole budget (gradient: its own exact checks; its wall time includes "
-                   "compiling the problem that the other methods then reuse).")]
+                   "whole budget (gradient, hybrid: every exact evaluation the tuner made; the "
+                   "gradient's wall time includes compiling the problem).")]
     return "\n".join(lines) + "\n"
 
 

@@ -11,7 +11,7 @@ from tuner.policy import load_policy
 from tuner.scenario import ScenarioSpec
 
 SPEC = ScenarioSpec(n_requests=100, n_slots=32, max_batch=32)
-SETTINGS = FitSettings(budget=4, crn=1, check_every=2, checkpoint_every=1,
+SETTINGS = FitSettings(budget=4, crn=1, check_every=2, checkpoint_every=1, explore=2,
                        temperatures=(0.3, 0.03))
 
 
@@ -73,3 +73,51 @@ def test_fit_cli_bad_input_leaves_no_file(tmp_path, capsys):
     assert "no gradient-tunable" in capsys.readouterr().err
     assert fit_cli.main(["--budget", "0", "--out", str(out)]) == 2
     assert list(tmp_path.iterdir()) == []
+
+
+def test_fit_keeps_the_best_exact_policy_reverts_and_accounts_cost():
+    st = FitSettings(budget=4, crn=1, check_every=1, lr=1.0,
+                     temperatures=(0.3, 0.03))
+    seen = []  # (cost, value) of every exact evaluation, in order
+    spec = ScenarioSpec(trace="azure-conv", n_requests=100, n_slots=32, max_batch=32, tp=1)
+    res = fit(spec, st, log=lambda s: None,
+              listeners=[lambda cost, theta, v: seen.append((cost, v))])
+    costs = [c for c, _ in seen]
+    assert costs == sorted(costs) and len(costs) > 3 + 1 + 4
+    assert res.best_exact == max(v for _, v in seen)
+    assert res.unit > 0 and costs[0] == res.unit  # one unit per exact evaluation
+    assert [h["cost"] for h in res.history] == sorted(h["cost"] for h in res.history)
+    assert res.history[-1]["cost"] == res.cost == costs[-1]
+    # a check worse than the best seen before it by more than revert_tol is reverted
+    for h in res.history:
+        before = [v for c, v in seen if c < h["cost"]]
+        worse = h["exact"] < max(before) - st.revert_tol * abs(max(before))
+        assert h.get("reverted", False) == worse, h
+    assert any(h.get("reverted") for h in res.history)  # lr 1 overshoots here
+
+
+def test_problem_reports_exact_evaluations_and_its_gradient_matches_fd():
+    from tuner.fitting import build_problem
+
+    prob, _ = build_problem(SPEC, SETTINGS)
+    seen = []
+    prob.listeners.append(lambda cost, theta, v: seen.append((cost, v)))
+    theta = prob.space.to_theta(prob.space.base)
+    shifted = {k: v + 0.5 for k, v in theta.items()}
+    vals = prob.batch([theta, shifted])
+    assert [c for c, _ in seen] == [prob.unit, 2 * prob.unit] == [prob.cost / 2, prob.cost]
+    np.testing.assert_allclose([v for _, v in seen], vals)
+    v, _ = prob.value(theta)
+    assert v == pytest.approx(vals[0]) and len(seen) == 3
+    prob.value(theta, 0.3)  # relaxed evaluations are not exact results: not reported
+    prob.grad(theta, 0.3)
+    assert len(seen) == 3 and prob.cost == (3 + 1 + 3) * prob.unit
+    # the gradient is of the mean log objective: central differences of the relaxed
+    # simulator agree with it where the relaxation is smooth (warm temperature)
+    _, g, mg = prob.grad(theta, 0.3)
+    assert mg["log_objective"] == pytest.approx(prob.value(theta, 0.3)[1]["log_objective"])
+    fd = prob.fd(theta, prob.space.coords(), h=1e-2, t=0.3)
+    for (name, i), d in fd.items():
+        r = float(np.asarray(g[name]).reshape(-1)[i])
+        assert r == pytest.approx(d, rel=0.1, abs=0.02 * max(abs(x) for x in fd.values())), \
+            (name, i)

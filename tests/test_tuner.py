@@ -47,6 +47,12 @@ def test_objective_parsing_and_penalties():
     assert float(obj(m)) == pytest.approx(100.0)
     m2 = dict(m, migration_rate=0.010, unserved=10.0)  # violated by one bound, half served
     assert float(obj(m2)) == pytest.approx(100.0 * 0.5 * np.exp(-1.0), rel=1e-6)
+    # the log surrogate is log of the objective, and stays finite where it underflows
+    for mm in (m, m2, dict(m2, unserved=0.0)):
+        assert float(obj.log_value(mm)) == pytest.approx(np.log(float(obj(mm))), abs=1e-5)
+    deep = dict(m, migration_rate=1.0)  # exp(-199): 0 in float32
+    assert float(obj(deep)) == 0.0
+    assert float(obj.log_value(deep)) == pytest.approx(np.log(100.0) - 199.0, rel=1e-6)
     combo = parse_objective("tps+1000*kv_utilization,ttft_slo_attainment>=0.9")
     assert combo.goal == ((1.0, "tps"), (1000.0, "kv_utilization"))
     for bad in ("", "nonsense", "tps,migration_rate<0.1", "tps+2*foo"):

@@ -1,5 +1,14 @@
 """The gradient tuner: optax over theta, annealed temperature, per-parameter estimators,
-checkpoints and the exact-mode validation gate. ``tuner.fit`` is its thin CLI."""
+checkpoints and the exact-mode validation gate. ``tuner.fit`` is its thin CLI.
+
+The fit: (optionally) ``explore`` exact random samples compete with the start point; at
+the chosen start, per-coordinate gradient checks against exact CRN finite differences pick
+the temperature floor and each coordinate's estimator; then Adam climbs the relaxed *log*
+objective while the temperature anneals from the warmest candidate to the floor. Every
+``check_every`` steps the policy is evaluated exactly; the best exact policy seen (any
+exact evaluation, finite-difference points included) is the result, and a check worse
+than it by more than ``revert_tol`` restarts Adam from it with half the step size.
+"""
 
 from __future__ import annotations
 
@@ -15,16 +24,15 @@ import optax
 from flax import serialization
 
 from models import get_system, validate_params
-from tuner.evaluate import evaluate
 from tuner.atomic import write_bytes_atomic
+from tuner.evaluate import evaluate
 from tuner.gradcheck import Problem, check
 from tuner.objectives import parse_objective
 from tuner.scenario import ScenarioSpec, build_scenario
 from tuner.space import Space
 
-__all__ = ["FitSettings", "FitResult", "fit", "validate"]
+__all__ = ["FitSettings", "FitResult", "build_problem", "fit", "validate"]
 
-MAX_VALUE_GAP = 0.25  # a usable surrogate's value is within 25% of the exact one
 
 
 @dataclass(frozen=True)
@@ -32,14 +40,17 @@ class FitSettings:
     system: str = "odma"
     objective: str = "default"
     budget: int = 20              # optimiser steps
-    lr: float = 0.08
+    lr: float = 0.4               # adam step in theta space (halved on every revert)
     crn: int = 2                  # common-random-number workloads per evaluation
     fd_step: float = 0.1          # theta-space step of exact finite differences
-    check_every: int = 5          # exact evaluation (and best tracking) cadence
+    check_every: int = 2          # exact evaluation (best tracking, revert) cadence
+    revert_tol: float = 0.03      # revert to the best point when an exact check is worse
+    explore: int = 0              # exact random samples in the theta box before descent
+    box: float = 5.0              # theta box of those samples
     checkpoint_every: int = 5
     holdout_seeds: int = 2        # held-out prediction/arrival seeds
     seed: int = 0
-    temperatures: tuple = (0.3, 0.1, 0.03, 0.01)  # candidates for the temperature floor
+    temperatures: tuple = (0.3, 0.1, 0.03)  # candidates for the temperature floor
     start: dict = field(default_factory=dict)  # starting params (default: the paper's)
 
     def to_dict(self) -> dict:
@@ -57,6 +68,7 @@ class FitResult:
     cost: float
     steps: int
     checks: list
+    unit: int = 0  # request-iterations of one exact evaluation of the training problem
 
 
 def _train_scenarios(spec: ScenarioSpec, crn: int):
@@ -69,10 +81,6 @@ def _n_steps(sc, system, params) -> int:
     return int(math.ceil(1.25 * it / sc.spec.refresh_check) * sc.spec.refresh_check)
 
 
-def _atomic_bytes(path: Path, data: bytes) -> None:
-    write_bytes_atomic(path, data)
-
-
 def _key(spec: ScenarioSpec, st: FitSettings) -> str:
     """What a checkpoint must match to be resumed (the budget may grow)."""
     settings = {k: v for k, v in st.to_dict().items() if k != "budget"}
@@ -80,9 +88,50 @@ def _key(spec: ScenarioSpec, st: FitSettings) -> str:
     return hashlib.sha256(doc.encode()).hexdigest()[:16]
 
 
-def fit(spec: ScenarioSpec, st: FitSettings, *, checkpoint: Path | None = None,
-        resume: bool = False, log=print, progress=None) -> FitResult:
-    """Tune ``st.system`` on ``spec`` (the training slice) by gradient."""
+def _explore(prob: Problem, theta, st: FitSettings) -> None:
+    """The start and ``st.explore`` uniform samples of the theta box, exactly, in one
+    vmapped batch (the listeners see every value)."""
+    rng = np.random.default_rng(st.seed)
+    thetas = [theta] + [{n: jnp.asarray(rng.uniform(-st.box, st.box, np.shape(v)),
+                                        jnp.float32) for n, v in theta.items()}
+                        for _ in range(st.explore)]
+    prob.batch(thetas)
+
+
+def _initial_checks(prob: Problem, space: Space, theta, st: FitSettings, log) -> dict:
+    """Gradient checks at the start point: the temperature floor and per-coordinate
+    estimators (see the module docstring of :mod:`tuner.gradcheck`)."""
+    v0, m0 = prob.value(theta)
+    fd = prob.fd(theta, space.coords(), st.fd_step)
+    agree, gap = {}, {}
+    for t in st.temperatures:
+        res, _, mr = check(prob, theta, t, fd, st.fd_step)
+        agree[t] = res
+        gap[t] = abs(mr["log_objective"] - m0["log_objective"])
+        log(f"check T={t:g} (relaxed log objective {gap[t]:.3f} from exact): " + ", ".join(
+            f"{c.label} relaxed {c.relaxed:+.3g} exact-FD {c.exact_fd:+.3g}"
+            f" {'agree' if c.sign_agrees else 'DISAGREE'}" for c in res))
+    # floor: the coldest temperature whose gradient agrees in sign with exact CRN finite
+    # differences on at least half of the coordinates (else the most agreeing one): the
+    # anneal stops where the surrogate still points the way the exact objective moves
+    n_ok = {t: sum(c.sign_agrees for c in agree[t]) for t in st.temperatures}
+    ok = [t for t in st.temperatures if 2 * n_ok[t] >= len(agree[t])]
+    floor = min(ok) if ok else max(st.temperatures, key=lambda t: (n_ok[t], -t))
+    log(f"temperature floor {floor:g}")
+    est = {c.label: ("relaxed" if c.sign_agrees else "fd-crn") for c in agree[floor]}
+    for c in agree[floor]:
+        why = ("relaxed gradient agrees in sign with exact CRN finite differences"
+               if c.sign_agrees else "relaxed gradient has the wrong sign at the floor")
+        log(f"estimator {c.label}: {est[c.label]} ({why}; rel. error {c.rel_error:.2f})")
+    log(f"exact objective at start: {v0:.6g} (n_steps {prob.n_steps})")
+    return {"floor": floor, "estimators": est,
+            "checks": [[c.__dict__ for c in agree[t]] for t in st.temperatures]}
+
+
+def build_problem(spec: ScenarioSpec, st: FitSettings) -> tuple[Problem, dict]:
+    """The training problem of a fit (CRN stack, horizon, space around ``st.start``) and
+    the system's default parameters. Equal settings give equal compiled shapes, so
+    problems built twice share their compiled code."""
     sys_spec = get_system(st.system)
     scs = _train_scenarios(spec, st.crn)
     max_len = scs[0].cfg.max_len
@@ -92,43 +141,45 @@ def fit(spec: ScenarioSpec, st: FitSettings, *, checkpoint: Path | None = None,
     if not space.names:
         raise ValueError(f"system {st.system!r} has no gradient-tunable parameters")
     n_steps = _n_steps(scs[0], st.system, start)
-    obj = parse_objective(st.objective)
-    prob = Problem(scs, st.system, space, obj, n_steps)
-    theta = space.to_theta({k: jnp.asarray(v) for k, v in start.items()})
-    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(st.lr))
-    opt_state = opt.init(theta)
+    return Problem(scs, st.system, space, parse_objective(st.objective), n_steps), default
+
+
+def fit(spec: ScenarioSpec, st: FitSettings, *, checkpoint: Path | None = None,
+        resume: bool = False, log=print, progress=None, listeners=()) -> FitResult:
+    """Tune ``st.system`` on ``spec`` (the training slice) by gradient.
+
+    Adam climbs the relaxed log objective while the temperature anneals from the warmest
+    candidate to the floor; every ``check_every`` steps the policy is evaluated exactly,
+    the best exact policy is kept, and a check worse than the best by more than
+    ``revert_tol`` restarts the optimiser from the best point with half the step.
+    ``listeners`` receive ``(cost, theta, value)`` for every exact evaluation.
+    """
+    prob, default = build_problem(spec, st)
+    space = prob.space
+    prob.listeners.extend(listeners)
+    theta = space.to_theta(space.base)
+    opt = optax.chain(optax.clip_by_global_norm(1.0),
+                      optax.inject_hyperparams(optax.adam)(learning_rate=st.lr))
     key = _key(spec, st)
     state = None
     if resume and checkpoint is not None and checkpoint.exists():
-        state = _load_ckpt(checkpoint, key, theta, opt_state)
+        state = _load_ckpt(checkpoint, key, theta, opt.init(theta))
         log(f"resumed from {checkpoint} at step {state['step']}")
+    best = {"value": -math.inf, "theta": theta}
+
+    def keep_best(cost, th, v):
+        if v > best["value"]:
+            best.update(value=v, theta=th)
+    prob.listeners.append(keep_best)
     if state is None:
-        # gradient checks choose the temperature floor and each coordinate's estimator
-        fd = prob.fd(theta, space.coords(), st.fd_step)
-        v0, m0 = prob.value(theta)
-        agree, gap = {}, {}
-        for t in st.temperatures:
-            res, _ = check(prob, theta, t, fd, st.fd_step)
-            agree[t] = res
-            gap[t] = abs(prob.value(theta, t)[0] - v0) / max(abs(v0), 1e-9)
-            log(f"check T={t:g} (relaxed value {gap[t]:.1%} from exact): " + ", ".join(
-                f"{c.label} relaxed {c.relaxed:+.3g} exact-FD {c.exact_fd:+.3g}"
-                f" {'agree' if c.sign_agrees else 'DISAGREE'}" for c in res))
-        # floor: among temperatures whose relaxed objective is close to the exact one,
-        # the one whose gradient agrees in sign on the most coordinates (ties: colder)
-        usable = [t for t in st.temperatures if gap[t] <= MAX_VALUE_GAP] or \
-            [min(st.temperatures, key=lambda t: gap[t])]
-        floor = min(usable, key=lambda t: (-sum(c.sign_agrees for c in agree[t]), t))
-        log(f"temperature floor {floor:g}")
-        est = {c.label: ("relaxed" if c.sign_agrees else "fd-crn") for c in agree[floor]}
-        for c in agree[floor]:
-            why = ("relaxed gradient agrees in sign with exact CRN finite differences"
-                   if c.sign_agrees else "relaxed gradient has the wrong sign at the floor")
-            log(f"estimator {c.label}: {est[c.label]} ({why}; rel. error {c.rel_error:.2f})")
-        state = {"theta": theta, "opt_state": opt_state, "step": 0, "floor": floor,
-                 "estimators": est, "best_theta": theta, "best": v0, "history": [],
-                 "checks": [[c.__dict__ for c in agree[t]] for t in st.temperatures]}
-        log(f"exact objective at start: {v0:.6g} (n_steps {n_steps})")
+        if st.explore > 0:  # the start competes with the samples in one batch
+            _explore(prob, theta, st)
+            log(f"explored {st.explore} random policies: best exact {best['value']:.6g}")
+            theta = best["theta"]
+        state = _initial_checks(prob, space, theta, st, log)
+        state.update(theta=theta, opt_state=opt.init(theta), step=0, lr=st.lr,
+                     best_theta=best["theta"], best=best["value"], history=[])
+    best.update(value=state["best"], theta=state["best_theta"])
     floor, est = state["floor"], state["estimators"]
     t0 = max(st.temperatures[0], floor)
     sched = optax.exponential_decay(t0, max(st.budget - 1, 1), floor / t0, end_value=floor)
@@ -140,40 +191,42 @@ def fit(spec: ScenarioSpec, st: FitSettings, *, checkpoint: Path | None = None,
         if fd_coords:
             for (name, i), d in prob.fd(theta, fd_coords, st.fd_step).items():
                 g[name] = g[name].reshape(-1).at[i].set(d).reshape(g[name].shape)
-        g = {k: jnp.where(jnp.isfinite(x), x, 0.0) for k, x in g.items()}
-        upd, opt_state = opt.update(jax_neg(g), opt_state, theta)
+        g = {k: -jnp.where(jnp.isfinite(x), x, 0.0) for k, x in g.items()}
+        upd, opt_state = opt.update(g, opt_state, theta)
         theta = optax.apply_updates(theta, upd)
         rec = {"step": step + 1, "temperature": t, "relaxed": v}
         if (step + 1) % st.check_every == 0 or step + 1 == st.budget:
             ve, _ = prob.value(theta)
             rec["exact"] = ve
-            if ve > state["best"]:
-                state["best"], state["best_theta"] = ve, theta
+            if ve < best["value"] - st.revert_tol * abs(best["value"]):
+                theta, state["lr"] = best["theta"], state["lr"] * 0.5
+                opt_state = opt.init(theta)
+                opt_state[1].hyperparams["learning_rate"] = jnp.asarray(state["lr"])
+                rec["reverted"] = True
+        rec["cost"] = prob.cost
         state["history"].append(rec)
-        state.update(theta=theta, opt_state=opt_state, step=step + 1)
+        state.update(theta=theta, opt_state=opt_state, step=step + 1,
+                     best=best["value"], best_theta=best["theta"])
         if progress is not None:
             progress(rec)
         if checkpoint is not None and ((step + 1) % st.checkpoint_every == 0
                                        or step + 1 == st.budget):
             _save_ckpt(checkpoint, key, state)
-    best = space.to_params(state["best_theta"])
-    return FitResult(params=space.human(best), default_params=space.human(default),
-                     estimators=est, floor=floor, history=state["history"],
-                     best_exact=state["best"], cost=prob.cost, steps=state["step"],
-                     checks=state["checks"])
-
-
-def jax_neg(tree):
-    return {k: -v for k, v in tree.items()}
+    prob.listeners.remove(keep_best)
+    return FitResult(params=space.human(space.to_params(best["theta"])),
+                     default_params=space.human(default), estimators=est, floor=floor,
+                     history=state["history"], best_exact=best["value"], cost=prob.cost,
+                     steps=state["step"], checks=state["checks"], unit=prob.unit)
 
 
 def _save_ckpt(path: Path, key: str, state: dict) -> None:
-    meta = {k: state[k] for k in ("step", "floor", "estimators", "best", "history", "checks")}
+    meta = {k: state[k] for k in ("step", "lr", "floor", "estimators", "best", "history",
+                                  "checks")}
     blob = {"key": key, "meta": json.dumps(meta, default=float),
             "arrays": serialization.to_state_dict(
                 {"theta": state["theta"], "opt_state": state["opt_state"],
                  "best_theta": state["best_theta"]})}
-    _atomic_bytes(path, serialization.msgpack_serialize(blob))
+    write_bytes_atomic(path, serialization.msgpack_serialize(blob))
 
 
 def _load_ckpt(path: Path, key: str, theta, opt_state) -> dict:

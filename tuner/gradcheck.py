@@ -4,7 +4,9 @@
 of equal shape, (a) the relaxed objective and its gradient in theta space and (b) a
 vmapped batch of objective values for many thetas (exact mode for finite differences).
 ``check`` compares, per theta coordinate, the relaxed gradient with central finite
-differences of the exact objective under common random numbers.
+differences of the exact objective under common random numbers. Gradients are of the log
+objective (:meth:`tuner.objectives.Objective.log_value`): it has the same maximisers and
+stays informative where constraint penalties make the objective itself underflow.
 """
 
 from __future__ import annotations
@@ -42,13 +44,15 @@ def _pad(wl: Workload, n: int) -> Workload:
 
 
 def _value_impl(theta, t, base, wl, prior, cfg, hw, *, space, opts, n_steps, objective):
+    """Mean over the CRN stack of the log objective (the differentiated surrogate), with
+    the mean objective value and metrics as auxiliary outputs."""
     def one(params, w, pr):
         st, _ = simulate(w, cfg, hw, params, t, opts, n_steps, pr)
         m = metrics(st, w, cfg)
-        return objective(m), m
+        return objective.log_value(m), objective(m), m
 
-    v, m = jax.vmap(one, in_axes=(None, 0, 0))(space.to_params(theta, base), wl, prior)
-    return jnp.mean(v), jax.tree.map(jnp.mean, m)
+    lv, v, m = jax.vmap(one, in_axes=(None, 0, 0))(space.to_params(theta, base), wl, prior)
+    return jnp.mean(lv), (jnp.mean(v), jax.tree.map(jnp.mean, m))
 
 
 # module-level jitted functions: a new Problem with equal shapes and static settings
@@ -60,13 +64,24 @@ _grad = jax.jit(jax.value_and_grad(_value_impl, has_aux=True), static_argnames=_
 
 @partial(jax.jit, static_argnames=_STATIC)
 def _batch(thetas, t, base, wl, prior, cfg, hw, *, space, opts, n_steps, objective):
-    return jax.vmap(lambda th: _value_impl(th, t, base, wl, prior, cfg, hw, space=space,
-                                           opts=opts, n_steps=n_steps,
-                                           objective=objective)[0])(thetas)
+    def one(th):
+        lv, (v, _) = _value_impl(th, t, base, wl, prior, cfg, hw, space=space, opts=opts,
+                                 n_steps=n_steps, objective=objective)
+        return lv, v
+
+    return jax.vmap(one)(thetas)
 
 
 class Problem:
-    """Compiled objective functions of theta for one system and scenario stack."""
+    """Compiled objective functions of theta for one system and scenario stack.
+
+    ``value`` and ``batch`` return the objective (exact mode at ``t = 0``); ``grad``
+    differentiates the log surrogate (:meth:`Objective.log_value`, averaged over the CRN
+    stack). Every simulation is charged to ``cost`` in simulated request-iterations, and
+    every exact evaluation is reported to the callables in ``listeners`` as
+    ``(cost_after, theta, value)``, so a caller can keep the best policy seen and a
+    benchmark can count what each result cost.
+    """
 
     def __init__(self, scenarios: list[Scenario], system: str, space: Space,
                  objective: Objective, n_steps: int):
@@ -74,6 +89,7 @@ class Problem:
         self.system, self.space, self.objective = system, space, objective
         self.n_steps, self.n_crn, self.n_slots = n_steps, len(scenarios), sc.cfg.n_slots
         self.cost = 0.0  # simulated request-iterations spent (slots x iterations)
+        self.listeners = []
         wl, prior = stack_workloads(scenarios)
         opts = sc.options(system)
         cfg, hw = sc.cfg, sc.hw
@@ -81,27 +97,51 @@ class Problem:
         self._args = (space.base, wl, prior, cfg, hw)
         self._static = dict(space=space, opts=opts, n_steps=n_steps, objective=objective)
 
+    @property
+    def unit(self) -> int:
+        """Request-iterations of one evaluation (the benchmark's budget unit)."""
+        return self.n_crn * self.n_steps * self.n_slots
+
     def _spend(self, sims: int, backward: bool = False):
         # a backward pass is counted as two forward passes
-        self.cost += sims * self.n_crn * self.n_steps * self.n_slots * (3 if backward else 1)
+        self.cost += sims * self.unit * (3 if backward else 1)
+
+    def _report(self, thetas, values, t):
+        if float(t) != 0.0 or not self.listeners:
+            return
+        start = self.cost - self.unit * len(values)  # the batch is paid; order within it
+        for j, (th, v) in enumerate(zip(thetas, values)):
+            for cb in self.listeners:
+                cb(start + self.unit * (j + 1), th, float(v))
 
     def grad(self, theta, t):
+        """(relaxed objective value, gradient of the log surrogate, metrics)."""
         self._spend(1, backward=True)
-        (v, m), g = _grad(theta, jnp.float32(t), *self._args, **self._static)
-        return float(v), g, m
+        (lv, (v, m)), g = _grad(theta, jnp.float32(t), *self._args, **self._static)
+        out = {k: float(x) for k, x in m.items()}
+        out["log_objective"] = float(lv)
+        return float(v), g, out
 
     def value(self, theta, t=0.0):
         self._spend(1)
-        v, m = _value(theta, jnp.float32(t), *self._args, **self._static)
-        return float(v), {k: float(x) for k, x in m.items()}
+        lv, (v, m) = _value(theta, jnp.float32(t), *self._args, **self._static)
+        self._report([theta], [float(v)], t)
+        out = {k: float(x) for k, x in m.items()}
+        out["log_objective"] = float(lv)
+        return float(v), out
 
-    def batch(self, thetas: list[dict], t=0.0) -> np.ndarray:
+    def batch(self, thetas: list[dict], t=0.0, log: bool = False) -> np.ndarray:
+        """Objective values (or log surrogates) of many thetas in one vmapped call."""
         self._spend(len(thetas))
         stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *thetas)
-        return np.asarray(_batch(stacked, jnp.float32(t), *self._args, **self._static))
+        lv, v = _batch(stacked, jnp.float32(t), *self._args, **self._static)
+        v = np.asarray(v)
+        self._report(thetas, v, t)
+        return np.asarray(lv) if log else v
 
-    def fd(self, theta, coords, h=0.1, t=0.0) -> dict:
-        """Central differences (exact mode by default) for the given coordinates."""
+    def fd(self, theta, coords, h=0.1, t=0.0, log: bool = True) -> dict:
+        """Central differences (exact mode by default) of the log surrogate (or of the
+        objective with ``log=False``) for the given coordinates."""
         thetas = []
         for name, i in coords:
             for s in (1.0, -1.0):
@@ -110,7 +150,7 @@ class Problem:
                 thetas.append(th)
         if not thetas:
             return {}
-        vals = self.batch(thetas, t)
+        vals = self.batch(thetas, t, log=log)
         return {c: float(vals[2 * j] - vals[2 * j + 1]) / (2 * h)
                 for j, c in enumerate(coords)}
 
@@ -130,8 +170,10 @@ class CoordCheck:
 
 
 def check(problem: Problem, theta, t: float, fd: dict | None = None, h=0.1):
-    """Per-coordinate relaxed gradient vs exact-mode CRN finite differences."""
-    _, g, _ = problem.grad(theta, t)
+    """Per-coordinate relaxed gradient vs exact-mode CRN finite differences (both of the
+    log surrogate). Returns the checks, the finite differences and the relaxed metrics
+    (with ``log_objective``) at ``theta``."""
+    _, g, m = problem.grad(theta, t)
     coords = problem.space.coords()
     fd = fd if fd is not None else problem.fd(theta, coords, h)
     out = []
@@ -143,4 +185,4 @@ def check(problem: Problem, theta, t: float, fd: dict | None = None, h=0.1):
         agree = abs(e) < tiny or np.sign(r) == np.sign(e)
         rel = abs(r - e) / max(abs(e), tiny)
         out.append(CoordCheck(name, i, r, e, bool(agree), float(rel)))
-    return out, fd
+    return out, fd, m

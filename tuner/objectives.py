@@ -21,6 +21,7 @@ import jax.numpy as jnp
 __all__ = ["Objective", "parse_objective", "DEFAULT_OBJECTIVE", "PRESETS", "METRIC_NAMES"]
 
 DEFAULT_OBJECTIVE = "tps,migration_rate<=0.005"
+LOG_FLOOR = 1e-9  # a goal below this (nothing served) counts as log(1e-9) in log_value
 PRESETS = {
     "default": DEFAULT_OBJECTIVE,
     "tps": "tps",
@@ -51,6 +52,20 @@ class Objective:
             scale = abs(bound) if bound != 0 else 1.0
             value = value * jnp.exp(-jnp.maximum(viol, 0.0) / scale)
         return value
+
+    def log_value(self, m: dict):
+        """``log`` of the objective, computed term by term so that it stays finite and
+        informative deep inside a penalty region (where the value itself underflows):
+        log goal + log served - sum of scaled violations. The gradient tuner climbs this
+        (same maximisers; a constraint's pull is linear in its violation)."""
+        value = sum(w * m[name] for w, name in self.goal)
+        served = m["completed"] / jnp.maximum(m["completed"] + m["unserved"], 1e-9)
+        out = jnp.log(jnp.maximum(value * served, LOG_FLOOR))
+        for name, op, bound in self.constraints:
+            viol = m[name] - bound if op == "<=" else bound - m[name]
+            scale = abs(bound) if bound != 0 else 1.0
+            out = out - jnp.maximum(viol, 0.0) / scale
+        return out
 
     def describe(self) -> str:
         return self.spec
