@@ -1,10 +1,10 @@
 """Gradient quality per tunable parameter, at several temperatures.
 
 For each coordinate of the unconstrained parameter vector theta, compares the relaxed
-gradient with (a) central finite differences of the relaxed simulator at the same
+gradient of the log objective (what the tuner climbs; :meth:`Objective.log_value`) with (a) central finite differences of the relaxed simulator at the same
 temperature (implementation check) and (b) central finite differences of the exact
 simulator under common random numbers (bias check), and reports sign agreement and
-relative error. ``python -m experiments.grad_check --out DIR`` writes grad_check.json and
+relative error, all of the log objective. ``python -m experiments.grad_check --out DIR`` writes grad_check.json and
 grad_check.md.
 """
 
@@ -63,7 +63,9 @@ def to_markdown(res: dict) -> str:
     out = [f"# Gradient check: {res['system']}, objective `{res['objective']}`", "",
            f"exact objective at the default policy: {res['exact_value']:.6g}; "
            f"theta steps: relaxed FD {res['h_relaxed']}, exact FD {res['h_exact']} "
-           f"(CRN workloads: {res['crn']})", "",
+           f"(CRN workloads: {res['crn']}). Gradients and finite differences are of the "
+           "log objective (mean over the CRN workloads), the quantity the tuner climbs.",
+           "",
            "| T | param | relaxed grad | relaxed FD | sign | rel.err | exact FD | sign "
            "| rel.err |", "|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
