@@ -30,6 +30,10 @@ def _args(argv):
     ap.add_argument("--budget", type=int, default=d.budget, help="optimiser steps")
     ap.add_argument("--lr", type=float, default=d.lr)
     ap.add_argument("--crn", type=int, default=d.crn, help="CRN workloads per evaluation")
+    ap.add_argument("--explore", type=int, default=d.explore,
+                    help="exact random samples that compete with the start point")
+    ap.add_argument("--check-every", type=int, default=d.check_every,
+                    help="steps between exact-mode checks")
     ap.add_argument("--n-train", type=int, default=600)
     ap.add_argument("--n-holdout", type=int, default=600)
     ap.add_argument("--holdout-seeds", type=int, default=d.holdout_seeds)
@@ -61,8 +65,10 @@ def main(argv=None) -> int:
             holdout = train
             hold_note = "the training slice (trace too short for a held-out slice)"
         st = FitSettings(system=args.system, objective=args.objective, budget=args.budget,
-                         lr=args.lr, crn=args.crn, holdout_seeds=args.holdout_seeds,
-                         seed=seed)
+                         lr=args.lr, crn=args.crn, explore=args.explore,
+                         check_every=args.check_every,
+                         holdout_seeds=args.holdout_seeds, seed=seed)
+        st.check()
         bar = tqdm(total=args.budget, desc="fit", file=sys.stderr, disable=args.quiet)
         last = {}
 

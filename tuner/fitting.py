@@ -56,6 +56,20 @@ class FitSettings:
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
+    def check(self) -> None:
+        """One clear error for the first invalid setting."""
+        rules = (("budget", self.budget >= 1, ">= 1"), ("lr", self.lr > 0, "> 0"),
+                 ("crn", self.crn >= 1, ">= 1"), ("fd_step", self.fd_step > 0, "> 0"),
+                 ("check_every", self.check_every >= 1, ">= 1"),
+                 ("revert_tol", self.revert_tol >= 0, ">= 0"),
+                 ("explore", self.explore >= 0, ">= 0"), ("box", self.box > 0, "> 0"),
+                 ("checkpoint_every", self.checkpoint_every >= 1, ">= 1"),
+                 ("temperatures", len(self.temperatures) > 0
+                  and all(t > 0 for t in self.temperatures), "non-empty, all > 0"))
+        for name, ok, want in rules:
+            if not ok:
+                raise ValueError(f"fit setting {name}={getattr(self, name)!r}: must be {want}")
+
 
 @dataclass
 class FitResult:
@@ -154,6 +168,7 @@ def fit(spec: ScenarioSpec, st: FitSettings, *, checkpoint: Path | None = None,
     ``revert_tol`` restarts the optimiser from the best point with half the step.
     ``listeners`` receive ``(cost, theta, value)`` for every exact evaluation.
     """
+    st.check()
     prob, default = build_problem(spec, st)
     space = prob.space
     prob.listeners.extend(listeners)
