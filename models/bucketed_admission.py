@@ -1,0 +1,142 @@
+"""Admission of new requests in the bucketed server (``models.bucketed``).
+
+``admit`` is docs/server-semantics.md step 3b (FCFS admission of up to ``admit_window``
+new requests, head-of-line); ``drop_unservable`` the drop rule that follows it: when
+nothing can run, the first waiting item that can never fit its pool is dropped.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from models import relax
+from models.bucketed_memory import Overflow, Resume, reserve
+from models.bucketed_state import PREEMPTING
+from models.server import (
+    Acc,
+    ServerConfig,
+    Slots,
+    prefix_gate,
+    prefix_sum,
+    slot_targets,
+)
+from models.workload import Workload
+
+__all__ = ["Admission", "admit", "drop_unservable"]
+
+
+class Admission(NamedTuple):
+    """What step 3b decided about its candidates (the next ``admit_window``)."""
+
+    take: jax.Array       # [S] bool slots that received a new request
+    n_adm: jax.Array      # [] int32 requests admitted
+    ok_idx: jax.Array     # [A] bool candidate is a valid request
+    c_arrival: jax.Array  # [A] float32 candidates' arrival times
+    need: jax.Array       # [A] float32 candidates' KV reservations (prompt + r)
+    in_large: jax.Array   # [A] bool candidate goes to the large pool (odma)
+
+
+def admit(sl: Slots, head, acc: Acc, bounds, rs: Resume, n_free, pools, clock,
+          wl: Workload, params, t, cfg: ServerConfig, kind):
+    """Step 3b: FCFS admission of new requests into free slots.
+
+    Candidates are admitted in order while they have arrived, a slot and a batch place
+    are free, the prefill budget holds (the first is exempt), their pool has room and no
+    preempted slot waits; the walk stops at the first failure. Returns the updated slot
+    table, head, accumulators and the ``Admission``.
+    """
+    n, a = wl.size, cfg.admit_window
+    scale = cfg.token_scale
+    size_n, size_l = pools
+    cand = head + jnp.arange(a)
+    cc = jnp.minimum(cand, n - 1)
+    c_arrival, c_output = wl.arrival_s[cc], wl.output_tokens[cc]
+    ok_idx = (cand < n) & wl.valid[cc]
+    c_prompt = wl.prompt_tokens[cc]
+    r, large_soft = reserve(kind, params, bounds, c_prompt.astype(jnp.float32),
+                            wl.pred_tokens[cc], wl.pred_u[cc], t, cfg)
+    in_large = relax.hard(large_soft) if kind == "odma" else jnp.zeros(a, bool)
+    need = c_prompt + r
+    # one stacked prefix sum: normal-pool needs, large-pool needs (odma), prompts
+    m_n, m_l = ok_idx & ~in_large, ok_idx & in_large
+    rows = [jnp.where(m_n, need, 0.0), c_prompt.astype(jnp.float32)]
+    if kind == "odma":
+        rows.append(jnp.where(m_l, need, 0.0))
+    cum = prefix_sum(jnp.stack(rows))
+    gate = prefix_gate(cum[0], size_n, rs.used_n, m_n, t, scale)
+    if kind == "odma":
+        gate_l = prefix_gate(cum[2], size_l, rs.used_l, m_l, t, scale)
+        gate = jnp.where(in_large, gate_l, gate)
+    rank = jnp.arange(a)
+    cum_prompt = jnp.round(cum[1]).astype(jnp.int32)
+    ok = (ok_idx & (c_arrival <= clock) & (rank < n_free)
+          & (rs.n_run + rank < cfg.max_batch)
+          & ((cum_prompt <= cfg.max_prefill) | (rank == 0))
+          & relax.hard(gate) & ~rs.any_waiting)
+    n_adm = jnp.min(jnp.where(ok, a, rank))  # the walk stops at the first failure
+    admitted = rank < n_adm
+    # the structure (who is admitted) is hard; what an admitted request contributes is
+    # weighted by its soft gate (>= 0.5 when admitted, -> 1 as T -> 0; 1 in exact mode)
+    w_c = gate
+    take, dst = slot_targets(sl.status == 0, n_adm, a)
+
+    def pick(x, old):
+        return old.at[dst].set(x, mode="drop", unique_indices=True)
+
+    sl_req = pick(cand, sl.req)
+    prompt = pick(c_prompt, sl.prompt)
+    output = pick(c_output, sl.output)
+    gen = jnp.where(take, 0, sl.gen)
+    reserved = pick(need, sl.reserved)
+    peak_res = pick(need, sl.peak_res)
+    r_admit = pick(r, sl.r_admit)
+    large = pick(in_large.astype(jnp.float32), sl.large)
+    weight = pick(w_c, sl.weight)
+    arrival = pick(c_arrival, sl.arrival)
+    t_admit = jnp.where(take, clock, sl.t_admit)
+    status = jnp.where(take, 1, sl.status)
+    head = head + n_adm
+    if kind in ("s3", "odma"):  # bucket overflows, counted (softly) at admission
+        ovf = relax.soft_gt(c_output.astype(jnp.float32), r, t, scale,
+                            margin=0.25) * (1.0 - large_soft)
+        acc = acc.replace(
+            overflows=acc.overflows + jnp.sum(jnp.where(admitted, w_c * ovf, 0.0)))
+    acc = acc.replace(
+        queue_s=acc.queue_s + jnp.sum(jnp.where(take, weight * (clock - arrival), 0.0)))
+    sl = sl.replace(req=sl_req, status=status, prompt=prompt, output=output, gen=gen,
+                    reserved=reserved, peak_res=peak_res, r_admit=r_admit, large=large,
+                    weight=weight, arrival=arrival, t_admit=t_admit)
+    return sl, head, acc, Admission(take=take, n_adm=n_adm, ok_idx=ok_idx,
+                                    c_arrival=c_arrival, need=need, in_large=in_large)
+
+
+def drop_unservable(sl: Slots, head, acc: Acc, ov: Overflow, rs: Resume, ad: Admission,
+                    pools, slot, clock, cfg: ServerConfig, kind):
+    """Drop rule: nothing can run and the first waiting item can never fit its pool.
+
+    The first waiting preempted slot is freed, or else (no slot waits) the head request
+    is skipped; either counts as dropped. Returns the slot table, head and accumulators.
+    """
+    size_n, size_l = pools
+    status = sl.status
+    idle = rs.n_run + ad.n_adm == 0
+    if kind in PREEMPTING:
+        waiting = (status == 2) & ~ov.preempt
+        first_w = jnp.min(jnp.where(waiting, slot, cfg.n_slots))
+        pool_w = size_l if kind == "odma" else size_n
+        drop_w = (idle & (first_w < cfg.n_slots)
+                  & (rs.need_p[jnp.minimum(first_w, cfg.n_slots - 1)] > pool_w))
+        status = jnp.where(drop_w & (slot == first_w), 0, status)
+        any_waiting = rs.n_wait - drop_w > 0
+    else:
+        drop_w = jnp.zeros((), bool)
+        any_waiting = rs.any_waiting
+    pool0 = jnp.where(ad.in_large[0], size_l, size_n)
+    drop_h = (idle & ~any_waiting & ~drop_w & ad.ok_idx[0] & (ad.c_arrival[0] <= clock)
+              & (ad.need[0] > pool0))
+    head = head + drop_h
+    acc = acc.replace(dropped=acc.dropped + drop_w + drop_h)
+    return sl.replace(status=status), head, acc
