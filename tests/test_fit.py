@@ -125,3 +125,28 @@ def test_problem_reports_exact_evaluations_and_its_gradient_matches_fd():
         r = float(np.asarray(g[name]).reshape(-1)[i])
         assert r == pytest.approx(d, rel=0.1, abs=0.02 * max(abs(x) for x in fd.values())), \
             (name, i)
+
+
+def test_forward_differences_cost_one_evaluation_per_coordinate():
+    from tuner.fitting import build_problem
+
+    prob, _ = build_problem(SPEC, SETTINGS)
+    theta = prob.space.to_theta(prob.space.base)
+    coords = prob.space.coords()
+    k, h, t = len(coords), 1e-2, 0.3  # warm relaxation: a smooth objective
+    c0 = prob.cost
+    central = prob.fd(theta, coords, h, t=t)
+    assert prob.cost - c0 == 2 * k * prob.unit
+    c0 = prob.cost
+    fwd = prob.fd(theta, coords, h, t=t, scheme="forward")  # measures theta itself
+    assert prob.cost - c0 == (k + 1) * prob.unit
+    base = prob.value(theta, t)[1]["log_objective"]
+    c0 = prob.cost
+    reused = prob.fd(theta, coords, h, t=t, scheme="forward", base=base)
+    assert prob.cost - c0 == k * prob.unit
+    scale = max(abs(x) for x in central.values())
+    for c in coords:  # O(h) apart from central differences on a smooth objective
+        assert fwd[c] == pytest.approx(central[c], abs=0.15 * scale), c
+        assert reused[c] == pytest.approx(fwd[c], abs=1e-3 * scale), c
+    with pytest.raises(ValueError, match="scheme"):
+        prob.fd(theta, coords, scheme="backward")

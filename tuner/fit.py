@@ -34,6 +34,9 @@ def _args(argv):
                     help="exact random samples that compete with the start point")
     ap.add_argument("--check-every", type=int, default=d.check_every,
                     help="steps between exact-mode checks")
+    ap.add_argument("--fd-scheme", choices=("central", "forward"), default=d.fd_scheme,
+                    help="exact finite differences: central (default) or forward (half "
+                    "the evaluations, less robust on jagged objectives)")
     ap.add_argument("--n-train", type=int, default=600)
     ap.add_argument("--n-holdout", type=int, default=600)
     ap.add_argument("--holdout-seeds", type=int, default=d.holdout_seeds)
@@ -66,7 +69,7 @@ def main(argv=None) -> int:
             hold_note = "the training slice (trace too short for a held-out slice)"
         st = FitSettings(system=args.system, objective=args.objective, budget=args.budget,
                          lr=args.lr, crn=args.crn, explore=args.explore,
-                         check_every=args.check_every,
+                         check_every=args.check_every, fd_scheme=args.fd_scheme,
                          holdout_seeds=args.holdout_seeds, seed=seed)
         st.check()
         bar = tqdm(total=args.budget, desc="fit", file=sys.stderr, disable=args.quiet)

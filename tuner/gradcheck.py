@@ -23,7 +23,7 @@ from tuner.objectives import Objective
 from tuner.scenario import Scenario
 from tuner.space import Space
 
-__all__ = ["Problem", "CoordCheck", "check", "stack_workloads"]
+__all__ = ["Problem", "CoordCheck", "check", "compare", "stack_workloads"]
 
 
 def stack_workloads(scenarios: list[Scenario]):
@@ -139,20 +139,38 @@ class Problem:
         self._report(thetas, v, t)
         return np.asarray(lv) if log else v
 
-    def fd(self, theta, coords, h=0.1, t=0.0, log: bool = True) -> dict:
-        """Central differences (exact mode by default) of the log surrogate (or of the
-        objective with ``log=False``) for the given coordinates."""
+    def fd(self, theta, coords, h=0.1, t=0.0, log: bool = True, *,
+           scheme: str = "central", base: float | None = None) -> dict:
+        """Finite differences (exact mode by default) of the log surrogate (or of the
+        objective with ``log=False``) for the given coordinates, in one vmapped batch.
+
+        ``scheme="central"`` costs two evaluations per coordinate. ``"forward"`` costs
+        one, plus one for ``theta`` itself unless its value (same ``t`` and ``log``) is
+        passed as ``base``: a fit passes the exact value it has just measured there.
+        """
+        if scheme not in ("central", "forward"):
+            raise ValueError(f"finite differences: unknown scheme {scheme!r}")
+        signs = (1.0, -1.0) if scheme == "central" else (1.0,)
         thetas = []
         for name, i in coords:
-            for s in (1.0, -1.0):
+            for s in signs:
                 th = {k: jnp.array(v) for k, v in theta.items()}
                 th[name] = th[name].reshape(-1).at[i].add(s * h).reshape(theta[name].shape)
                 thetas.append(th)
         if not thetas:
             return {}
+        if scheme == "forward" and base is None:
+            thetas.append(theta)
         vals = self.batch(thetas, t, log=log)
-        return {c: float(vals[2 * j] - vals[2 * j + 1]) / (2 * h)
-                for j, c in enumerate(coords)}
+        if scheme == "central":
+            return {c: float(vals[2 * j] - vals[2 * j + 1]) / (2 * h)
+                    for j, c in enumerate(coords)}
+        v0 = float(vals[-1]) if base is None else float(base)
+        # ``base`` may come from the unbatched function: a difference within float32
+        # round-off of the two compiled paths is no slope (Adam would amplify it)
+        noise = 1e-5 * max(1.0, abs(v0))
+        return {c: (0.0 if abs(float(vals[j]) - v0) <= noise else
+                    (float(vals[j]) - v0) / h) for j, c in enumerate(coords)}
 
 
 @dataclass(frozen=True)
@@ -169,20 +187,25 @@ class CoordCheck:
         return f"{self.name}[{self.index}]"
 
 
-def check(problem: Problem, theta, t: float, fd: dict | None = None, h=0.1):
-    """Per-coordinate relaxed gradient vs exact-mode CRN finite differences (both of the
-    log surrogate). Returns the checks, the finite differences and the relaxed metrics
-    (with ``log_objective``) at ``theta``."""
-    _, g, m = problem.grad(theta, t)
-    coords = problem.space.coords()
-    fd = fd if fd is not None else problem.fd(theta, coords, h)
+def compare(space: Space, g: dict, fd: dict) -> list[CoordCheck]:
+    """Per-coordinate comparison of a relaxed gradient ``g`` (theta-shaped) with finite
+    differences ``fd`` (``{(name, index): slope}``) of the exact log surrogate."""
     out = []
     scale = max(max(abs(v) for v in fd.values()), 1e-12) if fd else 1.0
-    for name, i in coords:
+    for name, i in space.coords():
         r = float(np.asarray(g[name]).reshape(-1)[i])
         e = fd[(name, i)]
         tiny = 1e-3 * scale  # an exact slope this small contradicts no direction
         agree = abs(e) < tiny or np.sign(r) == np.sign(e)
         rel = abs(r - e) / max(abs(e), tiny)
         out.append(CoordCheck(name, i, r, e, bool(agree), float(rel)))
-    return out, fd, m
+    return out
+
+
+def check(problem: Problem, theta, t: float, fd: dict | None = None, h=0.1):
+    """Per-coordinate relaxed gradient vs exact-mode CRN finite differences (both of the
+    log surrogate). Returns the checks, the finite differences and the relaxed metrics
+    (with ``log_objective``) at ``theta``."""
+    _, g, m = problem.grad(theta, t)
+    fd = fd if fd is not None else problem.fd(theta, problem.space.coords(), h)
+    return compare(problem.space, g, fd), fd, m
