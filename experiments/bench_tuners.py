@@ -81,6 +81,8 @@ class BenchConfig:
     first_seed: int = 0
     system: str = "odma"
     objective: str = "default"
+    margin: float = 0.0          # FitSettings.margin: 0 compares the tuners on the bounds
+                                 # as given (the held-out margin is a fit choice, not theirs)
     n_requests: int = 200
     n_slots: int = 64
     tp: int = 1                  # tensor parallelism: 1 keeps the server memory-bound
@@ -214,7 +216,7 @@ def run_task(trace: str, seed: int, cfg: BenchConfig) -> dict:
                         rate=cfg.rate if cfg.rate > 0 else None)
     runs, wall, fits = {}, {}, {}
     for name, explore in (("gradient", 0), ("hybrid", cfg.explore)):
-        st = FitSettings(system=cfg.system, objective=cfg.objective,
+        st = FitSettings(system=cfg.system, objective=cfg.objective, margin=cfg.margin,
                          budget=cfg.grad_steps, crn=cfg.crn, check_every=cfg.check_every,
                          explore=explore, box=cfg.box, seed=seed)
         log = []  # (cost in request-iterations, exact objective) of every exact evaluation

@@ -73,6 +73,7 @@ def test_fit_cli_bad_input_leaves_no_file(tmp_path, capsys):
     assert "no gradient-tunable" in capsys.readouterr().err
     assert fit_cli.main(["--budget", "0", "--out", str(out)]) == 2
     for flag, bad, field in (("--lr", "-1", "lr"), ("--explore", "-2", "explore"),
+                             ("--margin", "1.5", "margin"),
                              ("--check-every", "0", "check_every")):
         assert fit_cli.main([flag, bad, "--out", str(out)]) == 2
         assert f"fit setting {field}=" in capsys.readouterr().err

@@ -60,6 +60,27 @@ def test_objective_parsing_and_penalties():
             parse_objective(bad) if bad else parse_objective(",")
 
 
+def test_objective_margin_tightens_bounds_and_keeps_the_penalty_scale():
+    m = {"tps": 100.0, "migration_rate": 0.004, "completed": 10.0, "unserved": 0.0,
+         "ttft_slo_attainment": 0.93}
+    plain = parse_objective("default")
+    tight = plain.with_margin(0.5)
+    assert plain.margin == 0.0 and float(plain(m)) == pytest.approx(100.0)
+    # the bound 0.005 becomes 0.0025; the violation 0.0015 is scaled by the user's 0.005
+    assert tight.bound("migration_rate", "<=", 0.005) == pytest.approx(0.0025)
+    assert float(tight(m)) == pytest.approx(100.0 * np.exp(-0.3), rel=1e-5)
+    assert float(tight.log_value(m)) == pytest.approx(np.log(float(tight(m))), abs=1e-5)
+    # ">=" bounds move toward the ceiling of a share, or up by the margin otherwise
+    slo = parse_objective("tps,ttft_slo_attainment>=0.9").with_margin(0.5)
+    assert slo.bound("ttft_slo_attainment", ">=", 0.9) == pytest.approx(0.95)
+    assert float(slo(m)) == pytest.approx(100.0 * np.exp(-0.02 / 0.9), rel=1e-5)
+    assert parse_objective("tps,tps>=100").with_margin(0.5).bound("tps", ">=", 100) == 150
+    assert "tightened by 50%" in tight.describe() and plain.describe() == plain.spec
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="margin"):
+            plain.with_margin(bad)
+
+
 def test_evaluate_cli_json(capsys):
     assert ev.main(["--system", "odma", "--json", *SMALL]) == 0
     out = json.loads(capsys.readouterr().out)

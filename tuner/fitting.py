@@ -45,6 +45,8 @@ __all__ = ["FitSettings", "FitResult", "build_problem", "fit", "validate"]
 class FitSettings:
     system: str = "odma"
     objective: str = "default"
+    margin: float = 0.5           # train against bounds tightened by this share of their
+                                  # slack (Objective.with_margin); validation does not
     budget: int = 20              # optimiser steps
     lr: float = 0.4               # adam step in theta space (halved on every revert)
     crn: int = 2                  # common-random-number workloads per evaluation
@@ -67,6 +69,7 @@ class FitSettings:
     def check(self) -> None:
         """One clear error for the first invalid setting."""
         rules = (("budget", self.budget >= 1, ">= 1"), ("lr", self.lr > 0, "> 0"),
+                 ("margin", 0.0 <= self.margin < 1.0, "in [0, 1)"),
                  ("crn", self.crn >= 1, ">= 1"), ("fd_step", self.fd_step > 0, "> 0"),
                  ("fd_scheme", self.fd_scheme in ("forward", "central"),
                   "'forward' or 'central'"),
@@ -166,7 +169,8 @@ def build_problem(spec: ScenarioSpec, st: FitSettings) -> tuple[Problem, dict]:
     if not space.names:
         raise ValueError(f"system {st.system!r} has no gradient-tunable parameters")
     n_steps = _n_steps(scs[0], st.system, start)
-    return Problem(scs, st.system, space, parse_objective(st.objective), n_steps), default
+    objective = parse_objective(st.objective).with_margin(st.margin)
+    return Problem(scs, st.system, space, objective, n_steps), default
 
 
 def fit(spec: ScenarioSpec, st: FitSettings, *, checkpoint: Path | None = None,

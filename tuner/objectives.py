@@ -9,16 +9,23 @@ The goal is a weighted sum of metrics. Every value is multiplied by the share of
 served (an unserved request is a failure, not a saving) and by ``exp(-v / scale)`` for each
 constraint violated by ``v`` (scale: the bound itself, or 1 for a zero bound), so a
 feasible policy scores its goal in the goal's own unit and the penalty is smooth.
+
+``Objective.with_margin(m)`` tightens every bound by the share ``m`` of its slack (a
+``<=`` bound ``b`` becomes ``(1 - m) b``; a ``>=`` bound moves ``m`` of the way to the
+metric's ceiling, 1 for shares, else to ``(1 + m) b``) while keeping each penalty's scale:
+the fit trains against it so that a policy tuned on one slice of a trace keeps the real
+bound on the next one.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import jax.numpy as jnp
 
-__all__ = ["Objective", "parse_objective", "DEFAULT_OBJECTIVE", "PRESETS", "METRIC_NAMES"]
+__all__ = ["Objective", "parse_objective", "DEFAULT_OBJECTIVE", "PRESETS", "METRIC_NAMES",
+           "SHARE_METRICS"]
 
 DEFAULT_OBJECTIVE = "tps,migration_rate<=0.005"
 LOG_FLOOR = 1e-9  # a goal below this (nothing served) counts as log(1e-9) in log_value
@@ -33,6 +40,9 @@ PRESETS = {
 METRIC_NAMES = ("tps", "requests_per_s", "kv_utilization", "migration_rate", "migrations",
                 "preemptions", "accuracy", "ttft_slo_attainment", "tpot_slo_attainment",
                 "queue_delay_mean_s", "peak_kv_share", "stalls")
+# metrics that are shares in [0, 1]: a tightened ">=" bound moves toward 1
+SHARE_METRICS = ("kv_utilization", "migration_rate", "accuracy", "ttft_slo_attainment",
+                 "tpot_slo_attainment", "peak_kv_share")
 _TERM = re.compile(r"^\s*(?:([0-9.eE+-]+)\s*\*\s*)?([a-z_0-9]+)\s*$")
 _CONS = re.compile(r"^\s*([a-z_0-9]+)\s*(<=|>=)\s*([0-9.eE+-]+)\s*$")
 
@@ -42,15 +52,34 @@ class Objective:
     spec: str
     goal: tuple[tuple[float, str], ...]
     constraints: tuple[tuple[str, str, float], ...]
+    margin: float = 0.0  # share of each bound's slack removed (see with_margin)
+
+    def with_margin(self, margin: float) -> "Objective":
+        if not 0.0 <= margin < 1.0:
+            raise ValueError(f"objective margin {margin!r}: must be in [0, 1)")
+        return replace(self, margin=float(margin))
+
+    def bound(self, name: str, op: str, bound: float) -> float:
+        """The bound in force after the margin."""
+        if op == "<=":
+            return bound * (1.0 - self.margin) if bound > 0 else bound
+        if name in SHARE_METRICS:
+            return bound + self.margin * max(1.0 - bound, 0.0)
+        return (1.0 + self.margin) * bound if bound > 0 else bound
+
+    def _scaled_violations(self, m: dict):
+        for name, op, bound in self.constraints:
+            b = self.bound(name, op, bound)
+            viol = m[name] - b if op == "<=" else b - m[name]
+            scale = abs(bound) if bound != 0 else 1.0  # the user's bound sets the scale
+            yield jnp.maximum(viol, 0.0) / scale
 
     def __call__(self, m: dict):
         value = sum(w * m[name] for w, name in self.goal)
         served = m["completed"] / jnp.maximum(m["completed"] + m["unserved"], 1e-9)
         value = value * served
-        for name, op, bound in self.constraints:
-            viol = m[name] - bound if op == "<=" else bound - m[name]
-            scale = abs(bound) if bound != 0 else 1.0
-            value = value * jnp.exp(-jnp.maximum(viol, 0.0) / scale)
+        for v in self._scaled_violations(m):
+            value = value * jnp.exp(-v)
         return value
 
     def log_value(self, m: dict):
@@ -61,13 +90,13 @@ class Objective:
         value = sum(w * m[name] for w, name in self.goal)
         served = m["completed"] / jnp.maximum(m["completed"] + m["unserved"], 1e-9)
         out = jnp.log(jnp.maximum(value * served, LOG_FLOOR))
-        for name, op, bound in self.constraints:
-            viol = m[name] - bound if op == "<=" else bound - m[name]
-            scale = abs(bound) if bound != 0 else 1.0
-            out = out - jnp.maximum(viol, 0.0) / scale
+        for v in self._scaled_violations(m):
+            out = out - v
         return out
 
     def describe(self) -> str:
+        if self.margin and self.constraints:
+            return f"{self.spec} (bounds tightened by {self.margin:.0%} of their slack)"
         return self.spec
 
 
