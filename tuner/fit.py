@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from tuner.evaluate import add_scenario_args, spec_from_args
 from tuner.fitting import FitSettings, fit, validate
+from tuner.gradcheck import FD_SCHEMES
 from tuner.objectives import parse_objective
 from tuner.policy import make_policy, write_json_atomic
 from tuner.scenario import ScenarioSpec, build_scenario
@@ -39,7 +40,7 @@ def _args(argv):
                     help="exact random samples that compete with the start point")
     ap.add_argument("--check-every", type=int, default=d.check_every,
                     help="steps between exact-mode checks")
-    ap.add_argument("--fd-scheme", choices=("central", "forward"), default=d.fd_scheme,
+    ap.add_argument("--fd-scheme", choices=FD_SCHEMES, default=d.fd_scheme,
                     help="exact finite differences: central (default) or forward (half "
                     "the evaluations, less robust on jagged objectives)")
     ap.add_argument("--n-train", type=int, default=600)
@@ -73,8 +74,7 @@ def main(argv=None) -> int:
             holdout = train
             hold_note = "the training slice (trace too short for a held-out slice)"
         st = FitSettings(system=args.system, objective=args.objective, margin=args.margin,
-                         budget=args.budget,
-                         lr=args.lr, crn=args.crn, explore=args.explore,
+                         budget=args.budget, lr=args.lr, crn=args.crn, explore=args.explore,
                          check_every=args.check_every, fd_scheme=args.fd_scheme,
                          holdout_seeds=args.holdout_seeds, seed=seed)
         st.check()

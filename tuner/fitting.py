@@ -32,7 +32,7 @@ from flax import serialization
 from models import get_system, validate_params
 from tuner.atomic import write_bytes_atomic
 from tuner.evaluate import evaluate
-from tuner.gradcheck import Problem, check
+from tuner.gradcheck import FD_SCHEMES, Problem, check
 from tuner.objectives import parse_objective
 from tuner.scenario import ScenarioSpec, build_scenario
 from tuner.space import Space
@@ -71,8 +71,7 @@ class FitSettings:
         rules = (("budget", self.budget >= 1, ">= 1"), ("lr", self.lr > 0, "> 0"),
                  ("margin", 0.0 <= self.margin < 1.0, "in [0, 1)"),
                  ("crn", self.crn >= 1, ">= 1"), ("fd_step", self.fd_step > 0, "> 0"),
-                 ("fd_scheme", self.fd_scheme in ("forward", "central"),
-                  "'forward' or 'central'"),
+                 ("fd_scheme", self.fd_scheme in FD_SCHEMES, f"one of {FD_SCHEMES}"),
                  ("check_every", self.check_every >= 1, ">= 1"),
                  ("revert_tol", self.revert_tol >= 0, ">= 0"),
                  ("explore", self.explore >= 0, ">= 0"), ("box", self.box > 0, "> 0"),
@@ -252,7 +251,7 @@ def fit(spec: ScenarioSpec, st: FitSettings, *, checkpoint: Path | None = None,
 
 
 def _save_ckpt(path: Path, key: str, state: dict) -> None:
-    meta = {k: state.get(k) for k in ("step", "lr", "floor", "estimators", "best", "history",
+    meta = {k: state[k] for k in ("step", "lr", "floor", "estimators", "best", "history",
                                   "checks", "lv")}
     blob = {"key": key, "meta": json.dumps(meta, default=float),
             "arrays": serialization.to_state_dict(

@@ -23,7 +23,10 @@ from tuner.objectives import Objective
 from tuner.scenario import Scenario
 from tuner.space import Space
 
-__all__ = ["Problem", "CoordCheck", "check", "compare", "stack_workloads"]
+__all__ = ["Problem", "CoordCheck", "check", "stack_workloads", "FD_SCHEMES"]
+
+
+FD_SCHEMES = ("central", "forward")  # finite-difference schemes of Problem.fd
 
 
 def stack_workloads(scenarios: list[Scenario]):
@@ -148,7 +151,7 @@ class Problem:
         one, plus one for ``theta`` itself unless its value (same ``t`` and ``log``) is
         passed as ``base``: a fit passes the exact value it has just measured there.
         """
-        if scheme not in ("central", "forward"):
+        if scheme not in FD_SCHEMES:
             raise ValueError(f"finite differences: unknown scheme {scheme!r}")
         signs = (1.0, -1.0) if scheme == "central" else (1.0,)
         thetas = []
@@ -187,25 +190,20 @@ class CoordCheck:
         return f"{self.name}[{self.index}]"
 
 
-def compare(space: Space, g: dict, fd: dict) -> list[CoordCheck]:
-    """Per-coordinate comparison of a relaxed gradient ``g`` (theta-shaped) with finite
-    differences ``fd`` (``{(name, index): slope}``) of the exact log surrogate."""
+def check(problem: Problem, theta, t: float, fd: dict | None = None, h=0.1):
+    """Per-coordinate relaxed gradient vs exact-mode CRN finite differences (both of the
+    log surrogate). Returns the checks, the finite differences and the relaxed metrics
+    (with ``log_objective``) at ``theta``."""
+    _, g, m = problem.grad(theta, t)
+    coords = problem.space.coords()
+    fd = fd if fd is not None else problem.fd(theta, coords, h)
     out = []
     scale = max(max(abs(v) for v in fd.values()), 1e-12) if fd else 1.0
-    for name, i in space.coords():
+    for name, i in coords:
         r = float(np.asarray(g[name]).reshape(-1)[i])
         e = fd[(name, i)]
         tiny = 1e-3 * scale  # an exact slope this small contradicts no direction
         agree = abs(e) < tiny or np.sign(r) == np.sign(e)
         rel = abs(r - e) / max(abs(e), tiny)
         out.append(CoordCheck(name, i, r, e, bool(agree), float(rel)))
-    return out
-
-
-def check(problem: Problem, theta, t: float, fd: dict | None = None, h=0.1):
-    """Per-coordinate relaxed gradient vs exact-mode CRN finite differences (both of the
-    log surrogate). Returns the checks, the finite differences and the relaxed metrics
-    (with ``log_objective``) at ``theta``."""
-    _, g, m = problem.grad(theta, t)
-    fd = fd if fd is not None else problem.fd(theta, problem.space.coords(), h)
-    return compare(problem.space, g, fd), fd, m
+    return out, fd, m
