@@ -71,9 +71,9 @@ def _problem(n_requests: int, n_slots: int):
 
     import hardware
     from models import ServerConfig, make_workload
-    from tuner.error_model import load_default_error_model
-    from tuner.presets import traces_dir
-    from tuner.traces import load_trace
+    from tuner.workloads.error_model import load_default_error_model
+    from tuner.workloads.presets import traces_dir
+    from tuner.workloads.traces import load_trace
 
     dep = hardware.make_deployment("mlu370-x4", "deepseek-r1-distill-qwen-7b", tp=1)
     tr = load_trace(traces_dir() / TRACE)
@@ -115,10 +115,11 @@ def state_bytes(kind, wl, cfg, params, window=10_000) -> int:
     """Bytes of the carried simulator state of one config (without the workload)."""
     import jax
 
-    from models import SimOptions, init_state
+    from models import init_state, make_inputs, make_options
 
-    opts = SimOptions(kind, window=window)
-    shapes = jax.eval_shape(lambda: init_state(wl, cfg, params, 0.0, opts))
+    opts = make_options(kind, window=window)
+    inputs = make_inputs(wl, cfg, opts)
+    shapes = jax.eval_shape(lambda: init_state(inputs, params, 0.0, opts))
     return int(sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(shapes)))
 
 
@@ -141,12 +142,14 @@ def _sweep_temp(kind, window, wl, hw, cfgs, ps, axes, steps=16) -> int:
     """XLA's temporary bytes of a compiled (not run) exact sweep over ``cfgs``."""
     import jax
 
-    from models import SimOptions, metrics, simulate
+    from models import make_inputs, make_options, metrics, simulate
 
-    opts = SimOptions(kind, window=window)
+    opts = make_options(kind, window=window)
+    inputs = make_inputs(wl, cfgs, opts)
 
     def one(c, p):
-        return metrics(simulate(wl, c, hw, p, 0.0, opts, steps)[0], wl, c)
+        x = inputs.replace(cfg=c)
+        return metrics(simulate(x, hw, p, 0.0, opts, steps)[0], x, opts)
 
     compiled = jax.jit(jax.vmap(one, in_axes=(axes, 0))).lower(cfgs, ps).compile()
     return int(getattr(compiled.memory_analysis(), "temp_size_in_bytes", 0) or 0)
@@ -162,18 +165,20 @@ def run_bench(args) -> dict:
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from models import SimOptions, metrics, simulate
+    from models import make_inputs, make_options, metrics, simulate
 
     wl, cfg, hw = _problem(args.requests, args.slots)
     sizes = [int(c) for c in args.configs.split(",")]
     rows = []
     for kind in args.systems.split(","):
         extra = {} if args.latency_hist else {"latency_hist": False}
-        opts = SimOptions(kind, window=10_000, refresh_every=1000, refresh_check=16, **extra)
+        opts = make_options(kind, window=10_000, refresh_every=1000, block=16, **extra)
+        inputs = make_inputs(wl, cfg, opts)
 
-        def one(c, p, kind=kind, opts=opts):  # t = 0.0 (a constant): exact mode
-            st, _ = simulate(wl, c, hw, p, 0.0, opts, args.steps)
-            return metrics(st, wl, c)  # every metric, so that XLA drops no work
+        def one(c, p, opts=opts, inputs=inputs):  # t = 0.0 (a constant): exact mode
+            x = inputs.replace(cfg=c)
+            st, _ = simulate(x, hw, p, 0.0, opts, args.steps)
+            return metrics(st, x, opts)  # every metric, so that XLA drops no work
 
         p, _, _, _ = _grid(kind, cfg, 1)
         base = {"system": kind, "steps": args.steps, "slots": args.slots,
@@ -261,9 +266,10 @@ def main(argv=None) -> dict:
     md = to_markdown(res)
     print(md)
     if args.out:
-        from experiments._io import write_json_atomic, write_text_atomic
+        from tuner.atomic import plain, write_json_atomic, write_text_atomic
 
-        write_json_atomic(os.path.join(args.out, "bench_sim.json"), res)
+        write_json_atomic(os.path.join(args.out, "bench_sim.json"), plain(res),
+                          sort_keys=False)
         write_text_atomic(os.path.join(args.out, "bench_sim.md"), md)
     return res
 

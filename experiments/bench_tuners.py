@@ -5,7 +5,7 @@ scenarios that :func:`tuner.fitting.fit` builds for a ``(trace, seed)`` pair (``
 common-random-number workloads, ``n_steps`` iterations each) and the default objective.
 Every method is scored on the exact-mode objective of that problem, and every method pays
 for what it simulates in one unit: simulated request-iterations, as counted by
-:class:`tuner.gradcheck.Problem` (one exact evaluation = ``n_crn * n_steps * n_slots``; a
+:class:`tuner.problem.Problem` (one exact evaluation = ``n_crn * n_steps * n_slots``; a
 gradient step = 3 of them; the tuner's finite differences and exact checks count too).
 Budgets are reported in exact evaluations of that problem.
 
@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
-import json
 import math
 import os
 import sys
@@ -51,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tuner.atomic import write_bytes_atomic
+from tuner.atomic import plain, write_bytes_atomic, write_json_atomic, write_text_atomic
 
 __all__ = [
     "FULL",
@@ -496,22 +495,6 @@ def render_plot(doc: dict) -> bytes:
     return buf.getvalue()
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    write_bytes_atomic(path, data)
-
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (np.floating, np.integer)):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None  # -inf: a failed evaluation
-    return x
-
-
 # ---------------------------------------------------------------------------------------
 # CLI
 
@@ -581,10 +564,10 @@ def main(argv=None) -> int:
     doc["runtime_s"] = time.perf_counter() - t0
     md = render_markdown(doc)
     out = args.out
-    _write_atomic(out / "bench_tuners.json",
-                  (json.dumps(_jsonable(doc), indent=1) + "\n").encode())
-    _write_atomic(out / "bench_tuners.md", md.encode())
-    _write_atomic(out / "bench_tuners.png", render_plot(doc))
+    # plain(): -inf (a failed evaluation) and other non-finite values -> null
+    write_json_atomic(out / "bench_tuners.json", plain(doc), sort_keys=False, indent=1)
+    write_text_atomic(out / "bench_tuners.md", md)
+    write_bytes_atomic(out / "bench_tuners.png", render_plot(doc))
     print(md)
     print(f"wrote {out}/bench_tuners.{{json,md,png}}", file=sys.stderr)
     return 0

@@ -17,10 +17,10 @@ from pathlib import Path
 import jax.numpy as jnp
 
 from models import get_system, validate_params
+from tuner.atomic import write_json_atomic, write_text_atomic
 from tuner.fitting import _n_steps, _train_scenarios
-from tuner.gradcheck import Problem
+from tuner.problem import Problem
 from tuner.objectives import parse_objective
-from tuner.policy import write_json_atomic
 from tuner.scenario import ScenarioSpec
 from tuner.space import Space
 
@@ -103,9 +103,7 @@ def main(argv=None) -> int:
     if a.out:
         out = Path(a.out)
         write_json_atomic(out / "grad_check.json", res)
-        tmp = out / ".grad_check.md.tmp"
-        tmp.write_text(md)
-        tmp.replace(out / "grad_check.md")
+        write_text_atomic(out / "grad_check.md", md)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Fit the built-in default workload to the Azure LLM conversation trace.
 
-Writes ``tuner/data/default_workload.json``: 101 percentiles (p0..p100) of prompt and
+Writes ``tuner/workloads/data/default_workload.json``: 101 percentiles (p0..p100) of prompt and
 output tokens, their Spearman rank correlation, the mean arrival rate and the
 inter-arrival CV, with the trace's provenance taken from the traces README. The output
 is deterministic, so re-running it on the same trace leaves the file unchanged.
@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from tuner.atomic import write_bytes_atomic
-from tuner.presets import DEFAULT_TABLE, SCHEMA_VERSION, traces_dir
-from tuner.traces import load_trace
+from tuner.workloads.presets import DEFAULT_TABLE, SCHEMA_VERSION, traces_dir
+from tuner.workloads.traces import load_trace
 
 __all__ = ["build_table", "main", "provenance", "spearman", "write_atomic"]
 

@@ -50,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments._io import savefig_atomic, write_json_atomic, write_text_atomic
+from tuner.atomic import plain, savefig_atomic, write_json_atomic, write_text_atomic
 
 __all__ = ["PAPER", "WORKLOADS", "main", "render_markdown", "run"]
 
@@ -122,7 +122,7 @@ def _expand(path: Path, rng, limit: int | None = None) -> list[dict]:
 def _derived_trace(tmp: Path, name: str, dataset: str, seed: int,
                    n_test: int | None) -> dict:
     """Write history (validate) + test records into one CASTILLO JSONL under ``tmp``."""
-    from tuner.presets import traces_dir
+    from tuner.workloads.presets import traces_dir
 
     src = traces_dir() / CASTILLO
     rng = np.random.default_rng(seed)
@@ -231,7 +231,8 @@ def _diagnostics(sc, paper_key: str) -> dict:
     pred = np.asarray(wl.pred_tokens, np.float64)
     u = np.asarray(wl.pred_u, np.float64)
     d = _odma_defaults(cfg.max_len)
-    bounds = np.quantile(np.asarray(sc.prior), d["levels"], method="inverted_cdf")
+    bounds = np.quantile(np.asarray(sc.inputs("odma").extra), d["levels"],
+                         method="inverted_cdf")
     est = pred * (1.0 + d["gamma"] * u)
     idx = np.searchsorted(bounds, est, side="left")  # smallest b_j >= est
     r = np.where(idx < len(bounds), bounds[np.minimum(idx, len(bounds) - 1)], cfg.max_len)
@@ -309,7 +310,7 @@ def _tune(R: Runner, base: dict, max_len: int) -> dict:
 def run(quick: bool = False, seed: int = 0, rate: float = RATE, max_len: int = MAX_LEN,
         n_seeds: int | None = None, tune: bool | None = None, log=None) -> dict:
     """Run every table; returns the JSON-ready result."""
-    from tuner.presets import traces_dir
+    from tuner.workloads.presets import traces_dir
 
     R = Runner(log)
     n_seeds = (1 if quick else N_SEEDS) if n_seeds is None else n_seeds
@@ -484,7 +485,7 @@ def _setup(sc, quick, seeds, rate, max_len, tune, traces, tdir) -> dict:
 
     dep = sc.deployment
     try:
-        from tuner import predictor as pr
+        from tuner.workloads import predictor as pr
 
         info = pr.load(PREDICTOR_CACHE).info
     except Exception as e:  # noqa: BLE001 - provenance only
@@ -508,7 +509,7 @@ def _setup(sc, quick, seeds, rate, max_len, tune, traces, tdir) -> dict:
                    "max_prefill": s.max_prefill, "admit_window": s.admit_window,
                    "note": "ScenarioSpec defaults (vLLM max_num_seqs = 256)"},
         "rate_req_per_s": rate,
-        "rate_note": "Poisson arrivals (tuner.arrivals.poisson, seed = run seed) at the "
+        "rate_note": "Poisson arrivals (tuner.workloads.arrivals.poisson, seed = run seed) at the "
                      "node; chosen ~2x the static baseline's saturated throughput at "
                      "max_len 16,384 (~10 req/s) so that KV capacity binds for static",
         "rate_sweep": [] if quick else list(RATE_SWEEP),
@@ -518,8 +519,9 @@ def _setup(sc, quick, seeds, rate, max_len, tune, traces, tdir) -> dict:
                         "CASTILLO's 15,001-token generation cap",
         "max_len_sweep": [] if quick else list(MAX_LEN_SWEEP),
         "odma_params": _odma_defaults(max_len),
-        "odma_window": {"window": s.window, "refresh_every": s.refresh_every,
-                        "refresh_check": s.refresh_check,
+        "odma_window": {"window": sc.options("odma").family.window,
+                        "refresh_every": sc.options("odma").family.refresh_every,
+                        "refresh_check": s.block,
                         "prior": "realised lengths of the workload's validate split "
                                  "(history), tiled to the window"},
         "systems": list(SYSTEMS) + ["odma_oracle"] + (["odma_tuned"] if tune else []),
@@ -901,7 +903,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n-seeds", type=int, default=None)
     ap.add_argument("--no-tune", action="store_true", help="skip the history-tuned ODMA")
     args = ap.parse_args(argv)
-    from tuner.presets import traces_dir
+    from tuner.workloads.presets import traces_dir
 
     if not (traces_dir() / CASTILLO).is_dir():
         print(f"error: no CASTILLO traces under {traces_dir()}", file=sys.stderr)
@@ -914,7 +916,7 @@ def main(argv=None) -> int:
               n_seeds=args.n_seeds, tune=False if args.no_tune else None)
     md = render_markdown(res)
     if args.out is not None:
-        write_json_atomic(args.out / "odma_tables.json", res)
+        write_json_atomic(args.out / "odma_tables.json", plain(res), sort_keys=False)
         write_text_atomic(args.out / "odma_tables.md", md)
         render_png(res, args.out / "odma_tables.png")
     print(md)

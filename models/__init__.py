@@ -1,16 +1,36 @@
-"""Memory-system simulators: one code path with an exact and a relaxed mode."""
+"""Memory-system simulators: one code path with an exact and a relaxed mode.
 
-from models import systems as _systems  # noqa: F401  (registers the systems)
+The core (``family``, ``simulate``, ``server``, ``outcomes``, ``registry``, ``domains``,
+``relax``, ``workload``) runs any registered family; each family is one sub-package
+(``models.bucketed``) that registers itself and its systems when imported here.
+"""
+
+from models.domains import DOMAINS, Domain
+from models.family import (Family, Inputs, Metric, SimOptions, family_of, get_family,
+                           list_families, make_inputs, make_options, register_family)
 from models.registry import (ParamSpec, SystemSpec, get_system, list_systems,
                              register_system, validate_params)
 from models.server import ServerConfig
-from models.simulate import (SimOptions, init_state, metrics, prior_from_predictions,
-                             run_blocks, simulate, simulate_until_done)
+from models.simulate import (init_state, metrics, run_blocks, simulate,
+                             simulate_until_done, trace_guard)
 from models.workload import Workload, make_workload
 
+from models import bucketed  # noqa: E402,F401  (registers the bucketed family)
+
 __all__ = [
-    "ParamSpec", "SystemSpec", "get_system", "list_systems", "register_system",
-    "validate_params", "ServerConfig", "SimOptions", "init_state", "metrics",
-    "prior_from_predictions", "run_blocks", "simulate", "simulate_until_done",
-    "Workload", "make_workload",
+    "DOMAINS", "Domain", "Family", "Inputs", "Metric", "ParamSpec", "ServerConfig",
+    "SimOptions", "SystemSpec", "Workload", "family_of", "get_family", "get_system",
+    "init_state", "list_families", "list_systems", "make_inputs", "make_options",
+    "make_workload", "metric_specs", "metrics", "register_family", "register_system",
+    "run_blocks", "simulate", "simulate_until_done", "trace_guard", "validate_params",
 ]
+
+
+def metric_specs(system: str | None = None) -> dict:
+    """Declared metrics (name -> :class:`Metric`) of ``system``'s family, or of every
+    registered family."""
+    fams = ([family_of(system)] if system else [get_family(f) for f in list_families()])
+    out: dict = {}
+    for fam in fams:
+        out.update(fam.metrics_spec)
+    return out

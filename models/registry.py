@@ -1,8 +1,9 @@
 """Registry of memory systems and their policy parameters.
 
-Each system names its parameters with a domain (what values are legal), a unit, a paper
-default and whether a gradient tuner may move it. The tuner turns domains into
-unconstrained transforms; the CLI and tests enumerate systems from here.
+A system belongs to a family (the simulator that runs it, ``models.family``) and names
+its parameters with a domain (``models.domains``: legal values, the gradient tuner's
+transforms, sampling), a unit, a paper default and whether a tuner may move it. The
+CLI, the tuner and the tests enumerate systems from here.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from models.domains import get_domain
+
 __all__ = ["ParamSpec", "SystemSpec", "register_system", "get_system", "list_systems",
            "validate_params"]
 
@@ -18,27 +21,31 @@ __all__ = ["ParamSpec", "SystemSpec", "register_system", "get_system", "list_sys
 @dataclass(frozen=True)
 class ParamSpec:
     name: str
-    domain: str          # "ordered_unit" (increasing in (0,1)), "unit", "positive",
-    #                      "interval", "ordered_positive", "integer"
+    domain: str          # a key of models.domains.DOMAINS
     unit: str
     doc: str
     lower: float = 0.0
     upper: float = 1.0
     tunable: bool = True
 
+    def __post_init__(self):
+        get_domain(self.domain)
+
 
 @dataclass(frozen=True)
 class SystemSpec:
     name: str
-    family: str                    # which simulator implements it ("bucketed", ...)
+    family: str                    # the registered family that simulates it
     doc: str
     params: tuple[ParamSpec, ...]
-    defaults: object               # callable(max_len) -> dict of numpy float32 arrays
-    baseline: str                  # the paper's baseline system for comparisons
+    defaults: object               # callable(max_len, hw=None) -> dict of values
+    baselines: tuple[str, ...]     # the papers' baseline systems for comparisons
     sources: tuple[str, ...] = field(default=())
 
-    def default_params(self, max_len: int) -> dict:
-        return {k: np.asarray(v, np.float32) for k, v in self.defaults(max_len).items()}
+    def default_params(self, max_len: int, hw=None) -> dict:
+        """Paper defaults as float32 arrays; ``hw`` (``hardware.RooflineParams``) lets a
+        default depend on the device (None: a device-free default)."""
+        return {k: np.asarray(v, np.float32) for k, v in self.defaults(max_len, hw).items()}
 
     def tunable(self) -> tuple[ParamSpec, ...]:
         return tuple(p for p in self.params if p.tunable)
@@ -48,6 +55,12 @@ _SYSTEMS: dict[str, SystemSpec] = {}
 
 
 def register_system(spec: SystemSpec) -> SystemSpec:
+    """Register a system (its family must be registered first, see ``models.family``)."""
+    from models.family import get_family
+
+    get_family(spec.family)  # fails with the known families' names
+    if not isinstance(spec.baselines, tuple) or not spec.baselines:
+        raise ValueError(f"{spec.name}: baselines must be a non-empty tuple of systems")
     _SYSTEMS[spec.name] = spec
     return spec
 
@@ -62,9 +75,9 @@ def list_systems() -> list[str]:
     return sorted(_SYSTEMS)
 
 
-def validate_params(spec: SystemSpec, params: dict, max_len: int) -> dict:
+def validate_params(spec: SystemSpec, params: dict, max_len: int, hw=None) -> dict:
     """Check names, shapes and domains; return float32 arrays. Errors name the field."""
-    defaults = spec.default_params(max_len)
+    defaults = spec.default_params(max_len, hw)
     known = {p.name: p for p in spec.params}
     unknown = set(params) - set(known)
     if unknown:
@@ -72,23 +85,16 @@ def validate_params(spec: SystemSpec, params: dict, max_len: int) -> dict:
                          f"known: {sorted(known)}")
     out = {}
     for name, p in known.items():
+        dom = get_domain(p.domain)
         v = np.asarray(params.get(name, defaults[name]), np.float32)
-        if v.shape != defaults[name].shape and not (p.domain.startswith("ordered")
-                                                    and v.ndim == 1 and v.size >= 1):
+        if v.shape != defaults[name].shape and not (dom.ordered and v.ndim == 1
+                                                    and v.size >= 1):
             raise ValueError(f"{spec.name}: parameter {name!r} has shape {v.shape}, "
                              f"expected {defaults[name].shape}")
         if not np.all(np.isfinite(v)):
             raise ValueError(f"{spec.name}: parameter {name!r} is not finite: {v}")
-        lo, hi = p.lower, p.upper
-        if p.domain in ("unit", "ordered_unit") and np.any((v <= 0) | (v >= 1)):
-            raise ValueError(f"{spec.name}: parameter {name!r} must lie in (0, 1): {v}")
-        if p.domain in ("positive", "ordered_positive", "integer") and np.any(v <= 0):
-            raise ValueError(f"{spec.name}: parameter {name!r} must be > 0: {v}")
-        if p.domain == "interval" and np.any((v < lo) | (v > hi)):
-            raise ValueError(f"{spec.name}: parameter {name!r} must lie in [{lo}, {hi}]: {v}")
-        if p.domain.startswith("ordered") and np.any(np.diff(v) <= 0):
-            raise ValueError(f"{spec.name}: parameter {name!r} must be strictly increasing: {v}")
-        if p.domain == "integer" and np.any(v != np.round(v)):
-            raise ValueError(f"{spec.name}: parameter {name!r} must be an integer: {v}")
+        msg = dom.check(v, p)
+        if msg:
+            raise ValueError(f"{spec.name}: parameter {name!r} {msg}: {v}")
         out[name] = v
     return out

@@ -8,6 +8,8 @@ assignment, the latency histograms and the metric accumulators.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from flax import struct
@@ -18,8 +20,12 @@ __all__ = [
     "ServerConfig",
     "Slots",
     "Acc",
+    "Record",
+    "Finished",
     "init_slots",
     "init_acc",
+    "init_record",
+    "slot_fields",
     "prefix_fit",
     "prefix_gate",
     "assign_free_slots",
@@ -55,40 +61,43 @@ class ServerConfig:
 
 @struct.dataclass
 class Slots:
+    """The slot table every family shares (a family may subclass it to add fields)."""
+
     req: jax.Array        # [S] int32 request index, -1 when empty
     status: jax.Array     # [S] int32 0 empty, 1 running, 2 preempted (waiting)
     prompt: jax.Array     # [S] int32
     output: jax.Array     # [S] int32 realised output length
     gen: jax.Array        # [S] int32 tokens generated so far
-    reserved: jax.Array   # [S] float32 KV tokens held (prompt + output reservation)
-    peak_res: jax.Array   # [S] float32 largest reservation held so far
-    r_admit: jax.Array    # [S] float32 output reservation at first admission
-    large: jax.Array      # [S] float32 1 if the block lives in the large pool
+    reserved: jax.Array   # [S] float32 KV tokens held
     weight: jax.Array     # [S] float32 admission weight (1 forward; soft gradient)
     arrival: jax.Array    # [S] float32
     t_admit: jax.Array    # [S] float32 clock when first admitted
     t_first: jax.Array    # [S] float32 first-token time
 
 
-def init_slots(n: int) -> Slots:
+def slot_fields(n: int, cls=Slots, **extra_float) -> dict:
+    """Zero fields of a slot table (``req`` -1) of class ``cls`` as keyword arguments."""
     zi = jnp.zeros(n, jnp.int32)
     zf = jnp.zeros(n, jnp.float32)
-    return Slots(req=zi - 1, status=zi, prompt=zi, output=zi, gen=zi, reserved=zf,
-                 peak_res=zf, r_admit=zf, large=zf, weight=zf, arrival=zf, t_admit=zf,
-                 t_first=zf)
+    out = {}
+    for f in dataclasses.fields(cls):
+        out[f.name] = zi if f.name in ("status", "prompt", "output", "gen") else zf
+    out["req"] = zi - 1
+    return out
+
+
+def init_slots(n: int) -> Slots:
+    return Slots(**slot_fields(n))
 
 
 @struct.dataclass
 class Acc:
-    """Metric accumulators (weighted by the admission weight of each request)."""
+    """Metric accumulators every family keeps (weighted by each request's admission
+    weight); a family may subclass it to add its own counters."""
 
     completed: jax.Array     # [] requests finished
     tokens: jax.Array        # [] output tokens of finished requests
     actual_kv: jax.Array     # [] sum of prompt + output of finished requests
-    reserved_kv: jax.Array   # [] sum of their largest reservation
-    fit: jax.Array           # [] finished requests whose output <= r_admit
-    migrations: jax.Array    # [] migrations performed
-    overflows: jax.Array     # [] (soft) admitted requests whose output outgrows their bucket
     preemptions: jax.Array   # []
     stalls: jax.Array        # [] slot-iterations without progress
     dropped: jax.Array       # []
@@ -103,12 +112,44 @@ class Acc:
     iters: jax.Array         # [] iterations with work
 
 
-def init_acc() -> Acc:
+def init_acc(cls=Acc):
+    """Zero accumulators of class ``cls`` (:class:`Acc` or a subclass of scalars)."""
     z = jnp.zeros((), jnp.float32)
     h = jnp.zeros(LAT_EDGES.shape, jnp.float32)
-    return Acc(completed=z, tokens=z, actual_kv=z, reserved_kv=z, fit=z, migrations=z, overflows=z,
-               preemptions=z, stalls=z, dropped=z, queue_s=z, ttft_ok=z, tpot_ok=z,
-               ttft_hist=h, tpot_hist=h, peak_kv=z, max_use=z, busy_s=z, iters=z)
+    return cls(**{f.name: h if f.name.endswith("_hist") else z
+                  for f in dataclasses.fields(cls)})
+
+
+@struct.dataclass
+class Record:
+    """Per-request outcomes (only kept for single-config evaluations); a family may
+    subclass it (e.g. to record reservations)."""
+
+    admit_iter: jax.Array   # [N] int32, -1 never admitted
+    finish_iter: jax.Array  # [N] int32, -1 not finished
+    first_s: jax.Array      # [N] float32 first-token time
+    finish_s: jax.Array     # [N] float32 finish time
+
+
+def init_record(n: int, cls=Record):
+    """An empty record of class ``cls``: iterations -1, times NaN, other fields 0."""
+    def init(name):
+        if name.endswith("_iter"):
+            return jnp.full(n, -1, jnp.int32)
+        if name.endswith("_s"):
+            return jnp.full(n, jnp.nan, jnp.float32)
+        return jnp.zeros(n, jnp.float32)
+    return cls(**{f.name: init(f.name) for f in dataclasses.fields(cls)})
+
+
+@struct.dataclass
+class Finished:
+    """One iteration's completions per slot (stacked per block by the scan)."""
+
+    length: jax.Array  # [S] int32 realised length (<= max_len) of a completion; 0: none
+    ttft: jax.Array    # [S] float32 seconds
+    tpot: jax.Array    # [S] float32 seconds
+    bits: jax.Array    # [ceil(S/32)] uint32 the completion mask, 32 slots per word
 
 
 def prefix_sum(x):

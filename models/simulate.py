@@ -1,188 +1,155 @@
-"""Drivers for the bucketed server: initial state, scanned runs, metrics.
+"""The generic driver: any registered family, one code path for exact and relaxed runs.
 
-``run_blocks`` is the pure, jittable core (a scan of ``refresh_check``-iteration blocks);
-``simulate`` runs a fixed number of iterations (for gradients and sweeps);
-``simulate_until_done`` runs exact-mode chunks until every request is accounted for.
+``run_blocks`` is the pure, jittable core (a scan of blocks of ``opts.block`` family
+steps, each block's completions absorbed into the latency histograms, in one pass with
+the family's completion sink, then the family's end-of-block hook); ``simulate`` runs a
+fixed number of iterations (for gradients and sweeps); ``simulate_until_done`` runs
+exact-mode chunks until every request is accounted for. The family is looked up from
+``opts.system`` at trace time; nothing here knows a family's state beyond the contract
+of ``models.family``.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 from functools import partial
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from models import relax
-from models.bucketed import (KINDS, PROB_SCALE, Record, SimState, Window, absorb, refresh,
-                             step)
-from models.server import ServerConfig, hist_quantile, init_acc, init_slots
-from models.workload import Workload
+from models.family import Inputs, SimOptions, Sink, family_of
+from models.server import fifo_entries, hist_add
 
-__all__ = ["SimOptions", "init_state", "run_blocks", "simulate", "simulate_until_done",
-           "metrics", "prior_from_predictions"]
+__all__ = ["absorb", "init_state", "metrics", "run_blocks", "simulate",
+           "simulate_until_done", "trace_guard", "note_trace"]
 
 
-class SimOptions:
-    """Static options of a run (shapes and loop structure; changing one recompiles).
+# -- compile guard: one trace per (entry point, system, static options, shapes) ---------
 
-    ``latency_hist=False`` skips the TTFT/TPOT histograms (their p50/p99 metrics become
-    NaN; the SLO-attainment counters stay), which sweeps that need no percentiles save.
-    """
-
-    def __init__(self, kind, *, window=10000, refresh_every=1000, refresh_check=16,
-                 record=False, latency_hist=True):
-        if kind not in KINDS:
-            raise ValueError(f"unknown bucketed system {kind!r}; known: {', '.join(KINDS)}")
-        if window < 1 or refresh_every < 1 or refresh_check < 1:
-            raise ValueError("window, refresh_every and refresh_check must be >= 1")
-        self.kind, self.window, self.refresh_every = kind, window, refresh_every
-        self.refresh_check, self.record = refresh_check, record
-        self.latency_hist = bool(latency_hist)
-
-    def _key(self):
-        return (self.kind, self.window, self.refresh_every, self.refresh_check, self.record,
-                self.latency_hist)
-
-    def __hash__(self):
-        return hash(self._key())
-
-    def __eq__(self, other):
-        return isinstance(other, SimOptions) and self._key() == other._key()
+TRACES: collections.Counter = collections.Counter()
+_GUARD: list[int] = []
 
 
-def prior_from_predictions(wl: Workload, window: int, max_len: int) -> np.ndarray:
-    """Default window prior: the valid requests' rounded predictions, tiled to ``window``."""
-    pred = np.asarray(wl.pred_tokens)[np.asarray(wl.valid)]
-    sample = np.clip(np.round(pred[:window]), 1, max_len).astype(np.int32)
-    return np.resize(sample, window)
+def note_trace(where: str, opts, *trees) -> None:
+    """Count a trace of ``where`` (call at trace time); under :func:`trace_guard` a
+    second trace with the same system, static options and argument shapes raises."""
+    shapes = tuple(jax.tree.map(lambda x: (jnp.shape(x), jnp.result_type(x).name), t)
+                   for t in trees)
+    key = (where, opts, repr(jax.tree.structure(trees)), repr(shapes))
+    TRACES[key] += 1
+    if _GUARD and TRACES[key] > _GUARD[-1]:
+        raise AssertionError(f"{where}: traced {TRACES[key]} times for system "
+                             f"{getattr(opts, 'system', opts)!r} with equal shapes "
+                             f"(at most {_GUARD[-1]} allowed)")
 
 
-def init_state(wl: Workload, cfg: ServerConfig, params, t, opts: SimOptions,
-               prior=None) -> SimState:
-    n_bounds = int(np.shape(params.get("levels", params.get("bounds", [0.0])))[0])
-    if opts.kind == "odma":
-        ring = jnp.asarray(prior if prior is not None
-                           else prior_from_predictions(wl, opts.window, cfg.max_len))
-        if ring.shape != (opts.window,):
-            raise ValueError(f"prior must have shape ({opts.window},), got {ring.shape}")
-        ring = jnp.clip(ring.astype(jnp.int32), 0, cfg.max_len)
-        hist = jnp.zeros(cfg.max_len + 1, jnp.float32).at[ring].add(1.0)
-        cdf = jnp.cumsum(hist) / jnp.sum(hist)
-        bounds = relax.quantile_from_cdf(cdf, params["levels"], t * PROB_SCALE)
-    else:
-        ring = jnp.zeros(1, jnp.int32)
-        hist = jnp.zeros(1, jnp.float32)
-        bounds = jnp.asarray(params.get("bounds", jnp.zeros(n_bounds)), jnp.float32)
-    win = Window(bounds=bounds, ring=ring, ptr=jnp.int32(0), hist=hist, since=jnp.int32(0))
-    rec = None
-    if opts.record:
-        n = wl.size
-        rec = Record(admit_iter=jnp.full(n, -1, jnp.int32),
-                     finish_iter=jnp.full(n, -1, jnp.int32),
-                     first_s=jnp.full(n, jnp.nan, jnp.float32),
-                     finish_s=jnp.full(n, jnp.nan, jnp.float32),
-                     reserved=jnp.zeros(n, jnp.float32), r_admit=jnp.zeros(n, jnp.float32))
-    return SimState(slots=init_slots(cfg.n_slots), head=jnp.int32(0),
-                    clock=jnp.float32(0.0), it=jnp.int32(0), win=win, acc=init_acc(),
-                    rec=rec)
+@contextlib.contextmanager
+def trace_guard(max_traces: int = 1):
+    """Within the block, each (entry point, system, options, shapes) may trace at most
+    ``max_traces`` times (like ``chex.assert_max_traces``, but keyed by system and
+    shapes, so different systems and shapes do not count against each other)."""
+    TRACES.clear()
+    _GUARD.append(max_traces)
+    try:
+        yield TRACES
+    finally:
+        _GUARD.pop()
 
 
-def run_blocks(state, wl, cfg, hw, params, t, opts: SimOptions, n_blocks: int):
-    """Run ``n_blocks * refresh_check`` iterations; returns (state, used tokens per iter)."""
+# -- the driver -------------------------------------------------------------------------
+
+def init_state(inputs: Inputs, params, t, opts: SimOptions):
+    """The family's initial state."""
+    return family_of(opts.system).init(inputs, params, t, opts)
+
+
+def absorb(state, fin, *, latency: bool, sink: Sink | None, chunk: int = 64):
+    """Enter a block's completions ``fin`` ([R, S]) into the latency histograms (unless
+    ``latency`` is False) and the family's ``sink``, in FIFO order (iteration, then
+    slot), ``chunk`` completions at a time, so the work follows the number of
+    completions, not ``R * S``."""
+    if not latency and sink is None:
+        return state
+    acc = state.acc
+    m = jnp.sum(jax.lax.population_count(fin.bits).astype(jnp.int32))
+    n_slots = fin.length.shape[-1]
+    if sink is not None:
+        chunk = min(chunk, sink.max_chunk(state))
+    j = jnp.arange(chunk, dtype=jnp.int32)
+
+    def body(c):
+        c0, carry, th, ph = c
+        r, s = fifo_entries(fin.bits, c0 + j)
+        s = jnp.minimum(s, n_slots - 1)
+        ok = c0 + j < m
+        if latency:
+            ones = jnp.where(ok, 1.0, 0.0)
+            ttft, tpot = jax.lax.stop_gradient((fin.ttft[r, s], fin.tpot[r, s]))
+            th, ph = hist_add(th, ttft, ones), hist_add(ph, tpot, ones)
+        if sink is not None:
+            carry = sink.add(carry, fin, r, s, ok, j)
+        return c0 + chunk, carry, th, ph
+
+    # the first chunk outside the loop: XLA runs a loop body markedly slower, and the
+    # loop (more than ``chunk`` completions in a block) is rare
+    c = body((jnp.zeros((), jnp.int32), sink.get(state) if sink is not None else (),
+              acc.ttft_hist, acc.tpot_hist))
+    c = jax.lax.while_loop(lambda c: c[0] < m, body, c)
+    state = state.replace(acc=acc.replace(ttft_hist=c[2], tpot_hist=c[3]))
+    return sink.put(state, c[1], m) if sink is not None else state
+
+
+def run_blocks(state, inputs: Inputs, hw, params, t, opts: SimOptions, n_blocks: int):
+    """Run ``n_blocks * opts.block`` iterations; returns (state, used tokens per iter)."""
+    fam = family_of(opts.system)
     t = jnp.asarray(t, jnp.float32)
+    sink = fam.sink(opts)
 
     def inner(s, _):
-        return step(s, wl, cfg, hw, params, t, opts.kind)
+        return fam.step(s, inputs, params, hw=hw, t=t, opts=opts)
 
     def block(s, _):
-        s, (used, fin) = jax.lax.scan(inner, s, None, length=opts.refresh_check)
-        s = absorb(s, fin, opts.kind, latency=opts.latency_hist)
-        if opts.kind == "odma":
-            s = s.replace(win=refresh(s.win, params, t, opts.refresh_every))
-        return s, used
+        s, (used, fin) = jax.lax.scan(inner, s, None, length=opts.block)
+        s = absorb(s, fin, latency=opts.latency_hist, sink=sink)
+        return fam.end_block(s, inputs, params, t=t, opts=opts), used
 
     state, used = jax.lax.scan(block, state, None, length=n_blocks)
     return state, used.reshape(-1)
 
 
-def simulate(wl, cfg, hw, params, t, opts: SimOptions, n_steps: int, prior=None):
+def simulate(inputs: Inputs, hw, params, t, opts: SimOptions, n_steps: int):
     """Fixed-length run from the initial state: ``(final state, used tokens per iter)``."""
-    n_blocks = -(-n_steps // opts.refresh_check)
-    state = init_state(wl, cfg, params, t, opts, prior)
-    return run_blocks(state, wl, cfg, hw, params, t, opts, n_blocks)
+    n_blocks = -(-n_steps // opts.block)
+    state = init_state(inputs, params, t, opts)
+    return run_blocks(state, inputs, hw, params, t, opts, n_blocks)
 
 
 @partial(jax.jit, static_argnames=("opts", "n_blocks", "exact"))
-def _chunk(state, wl, cfg, hw, params, t, opts, n_blocks, exact=False):
+def _chunk(state, inputs, hw, params, t, opts, n_blocks, exact=False):
+    note_trace("simulate_until_done", opts, state, inputs, hw, params, t)
     # exact: T = 0 as a constant, so XLA drops every relaxed branch (same results)
     t = 0.0 if exact else t
-    state, used = run_blocks(state, wl, cfg, hw, params, t, opts, n_blocks)
-    return state, jnp.max(used)
+    state, used = run_blocks(state, inputs, hw, params, t, opts, n_blocks)
+    return state, jnp.max(used), family_of(opts.system).done(state, inputs)
 
 
-def simulate_until_done(wl, cfg, hw, params, opts: SimOptions, *, t=0.0, prior=None,
+def simulate_until_done(inputs: Inputs, hw, params, opts: SimOptions, *, t=0.0,
                         max_steps=2_000_000, chunk_blocks=64):
     """Exact-mode evaluation: run chunks until every valid request finished or dropped."""
-    n_valid = int(np.sum(np.asarray(wl.valid)))
-    state = init_state(wl, cfg, params, jnp.float32(t), opts, prior)
+    state = init_state(inputs, params, jnp.float32(t), opts)
     exact = float(t) == 0.0
     steps = 0
     while steps < max_steps:
-        state, _ = _chunk(state, wl, cfg, hw, params, jnp.float32(t), opts, chunk_blocks,
-                          exact)
-        steps += chunk_blocks * opts.refresh_check
-        if int(state.head) >= n_valid and not bool(jnp.any(state.slots.status > 0)):
+        state, _, done = _chunk(state, inputs, hw, params, jnp.float32(t), opts,
+                                chunk_blocks, exact)
+        steps += chunk_blocks * opts.block
+        if bool(done):
             break
     return state
 
 
-def metrics(state: SimState, wl: Workload, cfg: ServerConfig) -> dict:
-    """Metrics of a finished (or truncated) run, as float32 scalars (differentiable)."""
-    acc = state.acc
-    n_valid = jnp.sum(wl.valid)
-    first = wl.arrival_s[0]
-    span = jnp.maximum(state.clock - first, 1e-9)
-    done = jnp.maximum(acc.completed, 1e-9)
-    out = {
-        "kv_utilization": acc.actual_kv / jnp.maximum(acc.reserved_kv, 1e-9),
-        "tps": acc.tokens / span,
-        "requests_per_s": acc.completed / span,
-        "migrations": acc.migrations,
-        "overflows": acc.overflows,
-        # share of requests whose realised length outgrows the bucket they were given
-        # (each must migrate or be preempted): the papers' "migration rate". Smooth in
-        # relaxed mode (a soft indicator per admission), exact at T = 0.
-        "migration_rate": acc.overflows / done,
-        "preemptions": acc.preemptions,
-        "stalls": acc.stalls,
-        "dropped": acc.dropped,
-        "unserved": n_valid - acc.completed,
-        "completed": acc.completed,
-        "accuracy": acc.fit / done,
-        "peak_kv_tokens": acc.peak_kv,
-        "peak_kv_share": acc.peak_kv / cfg.capacity_tokens,
-        "max_pool_use": acc.max_use,
-        "queue_delay_mean_s": acc.queue_s / done,
-        "ttft_slo_attainment": acc.ttft_ok / jnp.maximum(n_valid, 1),
-        "tpot_slo_attainment": acc.tpot_ok / jnp.maximum(n_valid, 1),
-        "makespan_s": span,
-        "iterations": acc.iters,
-    }
-    if state.rec is not None:
-        rec = state.rec
-        fin = rec.finish_iter >= 0
-        arr = wl.arrival_s
-        ttft = jnp.where(fin, rec.first_s - arr, jnp.nan)
-        tpot = jnp.where(fin & (wl.output_tokens > 1),
-                         (rec.finish_s - rec.first_s) / jnp.maximum(wl.output_tokens - 1, 1),
-                         jnp.nan)
-        for name, v in (("ttft", ttft), ("tpot", tpot)):
-            out[f"{name}_p50_s"] = jnp.nanpercentile(v, 50.0)
-            out[f"{name}_p99_s"] = jnp.nanpercentile(v, 99.0)
-    else:
-        out["ttft_p50_s"] = hist_quantile(acc.ttft_hist, 0.5)
-        out["ttft_p99_s"] = hist_quantile(acc.ttft_hist, 0.99)
-        out["tpot_p50_s"] = hist_quantile(acc.tpot_hist, 0.5)
-        out["tpot_p99_s"] = hist_quantile(acc.tpot_hist, 0.99)
-    return out
+def metrics(state, inputs: Inputs, opts: SimOptions) -> dict:
+    """The family's metrics of a finished (or truncated) run, float32 scalars
+    (differentiable)."""
+    return family_of(opts.system).metrics(state, inputs)

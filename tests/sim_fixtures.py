@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import hardware
-from models import ServerConfig, SimOptions, get_system, make_workload, metrics
-from models import simulate_until_done
+from models import (ServerConfig, get_system, make_inputs, make_options, make_workload,
+                    metrics, simulate_until_done)
 from tests.reference_bucketed import simulate_reference
 
 TRACES = Path(os.environ.get("KVTUNE_TRACES", Path(__file__).resolve().parents[2]
@@ -24,8 +24,8 @@ KVB = float(DEP.kv_bytes_per_token_per_device)
 def trace_workload(name: str, start: int, n: int, *, max_len: int, seed: int = 0,
                    max_prompt: int = 4000, pad_to: int | None = None):
     """A slice of a real trace with predictions drawn from the shipped error model."""
-    from tuner.error_model import load_default_error_model
-    from tuner.traces import load_trace
+    from tuner.workloads.error_model import load_default_error_model
+    from tuner.workloads.traces import load_trace
 
     tr = load_trace(TRACES / name)
     sl = slice(start, start + n)
@@ -53,13 +53,14 @@ def params_for(kind, max_len, **over):
 
 
 def opts_for(kind, record=True):
-    return SimOptions(kind, record=record, window=256, refresh_every=32, refresh_check=4)
+    return make_options(kind, record=record, window=256, refresh_every=32, block=4)
 
 
 def run_jax(wl, cfg, kind, params, record=True, t=0.0):
     opts = opts_for(kind, record)
-    st = simulate_until_done(wl, cfg, HW, params, opts, t=t, chunk_blocks=32)
-    return st, {k: float(v) for k, v in metrics(st, wl, cfg).items()}
+    inputs = make_inputs(wl, cfg, opts)
+    st = simulate_until_done(inputs, HW, params, opts, t=t, chunk_blocks=32)
+    return st, {k: float(v) for k, v in metrics(st, inputs, opts).items()}
 
 
 def run_reference(wl, cfg, kind, params):
@@ -77,5 +78,5 @@ def run_reference(wl, cfg, kind, params):
         max_batch=int(cfg.max_batch), max_prefill=float(cfg.max_prefill),
         admit_window=cfg.admit_window, max_len=cfg.max_len, iteration_time=it,
         kv_bytes_per_token=KVB, contiguous_chunk_tokens=cfg.max_len,
-        window=opts.window, refresh_every=opts.refresh_every,
-        refresh_check=opts.refresh_check)
+        window=opts.family.window, refresh_every=opts.family.refresh_every,
+        refresh_check=opts.block)

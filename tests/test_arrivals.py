@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tuner.arrivals import drift, gamma, poisson, replay
-from tuner.traces import Trace
+from tuner.workloads.arrivals import drift, gamma, poisson, replay
+from tuner.workloads.traces import Trace
 
 
 def test_replay_keeps_the_pattern_and_hits_the_rate():

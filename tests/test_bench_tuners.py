@@ -6,7 +6,6 @@ import math
 import pytest
 
 from experiments import bench_tuners as bt
-from tuner.presets import traces_dir
 
 
 def test_best_so_far_is_a_running_max_over_cost():
@@ -40,8 +39,7 @@ def test_missing_optional_dependency_exits_2(monkeypatch, capsys):
     assert "pip install -e .[bench]" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not (traces_dir() / "azure-llm-2023-conv.csv").exists(),
-                    reason="shared traces not found")
+@pytest.mark.needs_traces("azure-llm-2023-conv.csv")
 @pytest.mark.slow  # a benchmark run (~2 min); the scoring helpers above are tested fast
 def test_quick_run_writes_comparable_monotone_curves(tmp_path):
     pytest.importorskip("optuna")

@@ -6,10 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models import make_workload
-from tests.sim_fixtures import (TRACES, config, params_for, run_jax, run_reference,
-                                trace_workload)
-
-pytestmark = pytest.mark.skipif(not TRACES.exists(), reason="shared traces not found")
+from tests.sim_fixtures import config, params_for, run_jax, run_reference, trace_workload
 
 CASES = [
     # kind, trace, start, n, capacity (tokens), extra params
@@ -41,6 +38,7 @@ def _compare(wl, cfg, kind, params):
     return m
 
 
+@pytest.mark.needs_traces(*sorted({case[1] for case in CASES}))
 @pytest.mark.parametrize("kind,trace,start,n,cap,extra", CASES)
 def test_exact_matches_reference_on_real_traces(kind, trace, start, n, cap, extra):
     wl = trace_workload(trace, start, n, max_len=1024, pad_to=256)

@@ -6,10 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models import metrics, relax, simulate
-from tests.sim_fixtures import HW, TRACES, config, opts_for, params_for, trace_workload
+from models import make_inputs, metrics, relax, simulate
+from tests.sim_fixtures import HW, config, opts_for, params_for, trace_workload
 
-pytestmark = pytest.mark.skipif(not TRACES.exists(), reason="shared traces not found")
+needs_azure = pytest.mark.needs_traces("azure-llm-2023-conv.csv")
 ODMA_EXTRA = {"large_share": 0.3}
 
 
@@ -20,15 +20,17 @@ def azure():
 
 def _runner(wl, cfg, kind, n_steps):
     opts = opts_for(kind, record=False)
+    inputs = make_inputs(wl, cfg, opts)
 
     @jax.jit
     def run(p, t):
-        st, _ = simulate(wl, cfg, HW, p, t, opts, n_steps)
-        return metrics(st, wl, cfg)
+        st, _ = simulate(inputs, HW, p, t, opts, n_steps)
+        return metrics(st, inputs, opts)
 
     return run
 
 
+@needs_azure
 @pytest.mark.parametrize("kind", ["s3", "odma"])
 def test_relaxed_converges_to_exact(azure, kind):
     cfg = config(60000)
@@ -45,6 +47,7 @@ def test_relaxed_converges_to_exact(azure, kind):
     assert errs[-1] <= errs[0], errs
 
 
+@needs_azure
 @pytest.mark.parametrize("kind", ["paged", "s3", "odma"])
 def test_gradients_are_finite(azure, kind):
     cfg = config(30000)
@@ -62,6 +65,7 @@ def test_gradients_are_finite(azure, kind):
         assert all(np.any(np.asarray(g[k]) != 0) for k in ("levels", "gamma", "tau"))
 
 
+@needs_azure
 def test_gradient_matches_relaxed_finite_differences(azure):
     """Implementation check: with ample memory the structure does not move under small
     perturbations, so the relaxed simulator is smooth and grad == central FD."""

@@ -4,12 +4,8 @@ import json
 
 import pytest
 
-from tuner.presets import traces_dir
-
-CASTILLO = traces_dir() / "castillo-qwen2.5-7b"
-ARXIV = traces_dir() / "arxiv-summarization-lengths.csv"
-pytestmark = pytest.mark.skipif(not (CASTILLO.is_dir() and ARXIV.is_file()),
-                                reason=f"no shared traces at {traces_dir()}")
+needs_traces = pytest.mark.needs_traces("castillo-qwen2.5-7b",
+                                        "arxiv-summarization-lengths.csv")
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +17,7 @@ def quick_run(tmp_path_factory):
     return out
 
 
+@needs_traces
 def test_files_exist_and_no_temporaries(quick_run, capsys):
     names = sorted(p.name for p in quick_run.iterdir())
     assert names == ["odma_tables.json", "odma_tables.md", "odma_tables.png"]
@@ -32,6 +29,7 @@ def test_files_exist_and_no_temporaries(quick_run, capsys):
     assert "## Gaps vs the papers" in md
 
 
+@needs_traces
 def test_json_shape(quick_run):
     res = json.loads(quick_run.joinpath("odma_tables.json").read_text())
     assert {"setup", "paged_vs_contiguous", "gaps", "workloads"} <= set(res)

@@ -1,13 +1,15 @@
 """The gradient tuner: end-to-end CLI, checkpoint/resume equivalence, corrupt files."""
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from models import get_system, validate_params
 from tuner import fit as fit_cli
 from tuner.fitting import FitSettings, fit
-from tuner.policy import load_policy
+from tuner.policy import SCHEMA, load_policy
 from tuner.scenario import ScenarioSpec
 
 SPEC = ScenarioSpec(n_requests=100, n_slots=32, max_batch=32)
@@ -46,24 +48,61 @@ def test_killed_fit_resumes_to_the_same_result(tmp_path):
 
 
 def test_fit_cli_exports_a_validated_policy(tmp_path, capsys):
+    # On 100 requests with 32 slots the paper's default ODMA migrates 4% of requests,
+    # eight times the 0.005 bound of the default objective (objective ~0.6 against ~700
+    # for the static baseline), and 8 exact random samples (seeded by the fit seed)
+    # include migration-free policies that the fit keeps: the export gate passes by
+    # orders of magnitude, not by luck.
     out = tmp_path / "policy.json"
-    argv = ["--budget", "3", "--n-train", "100", "--n-holdout", "100", "--slots", "32",
-            "--crn", "1", "--holdout-seeds", "1", "--quiet", "--out", str(out)]
+    argv = ["--budget", "2", "--explore", "8", "--n-train", "100", "--n-holdout", "100",
+            "--slots", "32", "--crn", "1", "--holdout-seeds", "1", "--quiet",
+            "--out", str(out)]
     rc = fit_cli.main(argv)
     text = capsys.readouterr()
-    assert rc in (0, 3), text.err
-    if rc == 3:  # the gate refused: nothing is written, and it says by how much
-        assert not out.exists() and "worse than the default" in text.err
-        return
-    doc = load_policy(out)
-    for k in ("schema", "system", "hardware", "model", "params", "metrics"):
-        assert k in doc
+    assert rc == 0, text.err
+    assert f"wrote {out}" in text.out
+    raw = json.loads(out.read_text())
+    doc = load_policy(out)  # schema, fields, scenario and params validated
+    assert raw["schema"] == doc["schema"] == SCHEMA and raw["system"] == "odma"
+    spec = get_system(raw["system"])
+    checked = validate_params(spec, raw["params"], raw["scenario"]["max_len"] or 16384)
+    assert set(raw["params"]) == set(checked)
+    for k, v in checked.items():  # exported as given: already within the valid ranges
+        np.testing.assert_allclose(np.asarray(raw["params"][k], np.float32),
+                                   np.asarray(v, np.float32), rtol=1e-6)
     for name in ("tuned", "default", "baseline"):
-        assert "objective" in doc["metrics"][name] and "tps" in doc["metrics"][name]
+        m = doc["metrics"][name]
+        for k in ("objective", "tps", "migration_rate", "unserved"):
+            assert isinstance(m[k], (int, float)) and np.isfinite(m[k]), (name, k)
+        assert len(m["objective_per_seed"]) == 1
     assert doc["metrics"]["tuned"]["objective"] >= doc["metrics"]["default"]["objective"]
     assert doc["tuner"]["estimators"] and doc["tuner"]["simulated_request_iterations"] > 0
-    assert not (tmp_path / "policy.json.ckpt").exists()
-    assert json.loads(out.read_text())["system"] == "odma"
+    assert doc["tuner"]["gain_vs_default"] >= 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy.json"]  # no ckpt/tmp
+
+
+def test_fit_cli_refuses_a_policy_worse_than_the_default(tmp_path, capsys, monkeypatch):
+    """The export gate (exit 3, nothing written), with the fit and the held-out
+    validation stubbed: deterministic and fast."""
+    out = tmp_path / "policy.json"
+    params = {"gamma": 1.0}
+
+    def fake_fit(spec, st, **kw):
+        return SimpleNamespace(params=params, default_params=params)
+
+    def fake_validate(*a, **kw):
+        base = {"objective": 50.0, "system": "static"}
+        return {"tuned": {"objective": 90.0}, "default": {"objective": 100.0},
+                "baseline": base, "baselines": {"static": base}}
+
+    monkeypatch.setattr(fit_cli, "fit", fake_fit)
+    monkeypatch.setattr(fit_cli, "validate", fake_validate)
+    rc = fit_cli.main(["--n-requests", "200", "--n-train", "100", "--n-holdout", "100",
+                       "--quiet", "--out", str(out)])
+    text = capsys.readouterr()
+    assert rc == 3, text.err
+    assert "worse than the default by 10.00%" in text.err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_fit_cli_bad_input_leaves_no_file(tmp_path, capsys):

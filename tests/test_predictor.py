@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tuner import error_model as em
-from tuner import predictor as pr
-from tuner.features import DataError, FeatureConfig, featurize, load_castillo
+from tuner.workloads import error_model as em
+from tuner.workloads import predictor as pr
+from tuner.workloads.features import DataError, FeatureConfig, featurize, load_castillo
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = Path(os.environ.get("KVTUNE_TRACES", ROOT.parent / "shared" / "traces"))
 CASTILLO = TRACES / "castillo-qwen2.5-7b"
-pytestmark = pytest.mark.skipif(not CASTILLO.is_dir(), reason=f"no {CASTILLO}")
+needs_castillo = pytest.mark.needs_traces("castillo-qwen2.5-7b")
 FAST = pr.TrainConfig(epochs=10)
 
 
@@ -41,6 +41,7 @@ def test_recs():
     return load_castillo(CASTILLO, "*-test.jsonl")
 
 
+@needs_castillo
 def test_features_deterministic_and_blind_to_outputs(tmp_path):
     rows = [json.loads(line) for line in
             (CASTILLO / "dollydataset-test.jsonl").read_text().splitlines()[:20]]
@@ -62,7 +63,7 @@ def test_features_deterministic_and_blind_to_outputs(tmp_path):
     meta = fa[:, cfg.meta_slice]
     assert np.all(meta.sum(axis=1) == 2.0)  # one dataset + one category one-hot
     # crc32 hashing: identical in a fresh process with another PYTHONHASHSEED
-    code = ("import sys, json, numpy as np; from tuner.features import featurize;"
+    code = ("import sys, json, numpy as np; from tuner.workloads.features import featurize;"
             "t = json.load(sys.stdin); x = featurize(t, [5] * len(t));"
             "print(json.dumps(np.flatnonzero(x[:, :2**14]).tolist()))")
     env = dict(os.environ, PYTHONHASHSEED="123", PYTHONPATH=str(ROOT))
@@ -81,6 +82,7 @@ def test_unknown_dataset_maps_to_other():
                                                             "other"]
 
 
+@needs_castillo
 def test_predict_outputs_and_round_trip(trained, test_recs, tmp_path):
     texts, sizes = test_recs.prompt_texts[:200], test_recs.input_sizes[:200]
     l_hat, u, probs = trained.predict(texts, sizes, test_recs.datasets[:200])
@@ -98,6 +100,7 @@ def test_predict_outputs_and_round_trip(trained, test_recs, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["m.msgpack"]  # no temp left
 
 
+@needs_castillo
 def test_beats_training_median_on_test_split(trained):
     r = pr.evaluate(trained, CASTILLO)
     assert r["n_prompts"] == 1110 and r["n_samples"] == 11100
@@ -113,6 +116,7 @@ def fitted(trained):
     return em.fit_error_model(trained, CASTILLO, max_pairs_per_class=800)
 
 
+@needs_castillo
 def test_error_model_reproduces_log_ratio_quantiles(fitted, test_recs):
     lengths = test_recs.lengths
     cls = em.length_class(lengths, fitted.edges)
@@ -135,6 +139,7 @@ def test_error_model_reproduces_log_ratio_quantiles(fitted, test_recs):
         fitted.log_ratio[6])
 
 
+@needs_castillo
 def test_error_model_deterministic_fallback_and_json(fitted):
     lengths = np.array([5, 100, 400, 3000, 9000, 15001])
     a, b = fitted.sample(lengths, seed=7), fitted.sample(lengths, seed=7)
@@ -152,6 +157,7 @@ def test_error_model_deterministic_fallback_and_json(fitted):
         np.testing.assert_allclose(x, y, atol=5e-5)
 
 
+@needs_castillo
 def test_default_error_model_and_predict_lengths(trained):
     assert em.DEFAULT_PATH.stat().st_size < 300_000
     model = em.load_default_error_model()
@@ -176,6 +182,7 @@ def _bad_dirs(tmp: Path):
     return cases | {k: tmp / k for k in ("malformed", "negative", "nofield")}
 
 
+@needs_castillo
 @pytest.mark.parametrize("case, words", [
     ("missing", "not a directory"), ("empty", "no files match"),
     ("malformed", "x-validate.jsonl:2"), ("negative", "'output_sizes'"),
@@ -200,11 +207,12 @@ def test_cli_evaluate_bad_model(tmp_path, capsys):
         assert str(path) in err.err
 
 
+@needs_castillo
 def test_cli_train_then_evaluate(tmp_path):
     data = _subset("*-validate.jsonl", tmp_path / "d", 20)
     out = tmp_path / "m.msgpack"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    run = [sys.executable, "-m", "tuner.predictor"]
+    run = [sys.executable, "-m", "tuner.workloads.predictor"]
     subprocess.run(run + ["train", "--data", str(data), "--out", str(out),
                           "--epochs", "2"], check=True, env=env, capture_output=True)
     res = subprocess.run(run + ["evaluate", "--model", str(out), "--data", str(data),

@@ -19,7 +19,7 @@ from tuner.scenario import ScenarioSpec
 from tuner.sweep import build_scenarios, main, random_points
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = 600  # rounded up to 608 (a multiple of refresh_check = 16)
+STEPS = 600  # rounded up to 608 (a multiple of the block, 16 iterations)
 HARDWARE = ["mlu370-x4", "h100-80gb"]
 SMALL = ["--n-requests", "150", "--slots", "32"]
 ARGS = ["--system", "odma", "--grid", "gamma=0.1,0.5,1.0",
@@ -47,9 +47,9 @@ def test_sweep_matches_individual_runs(sweep_dir):
     opts, obj = scs[0].options("odma"), parse_objective(meta["objective"])
 
     @jax.jit
-    def single(params, wl, cfg, hw, prior):
-        state, _ = simulate(wl, cfg, hw, params, 0.0, opts, meta["steps"], prior)
-        m = metrics(state, wl, cfg)
+    def single(params, inputs, hw):
+        state, _ = simulate(inputs, hw, params, 0.0, opts, meta["steps"])
+        m = metrics(state, inputs, opts)
         return {**m, "objective": obj(m)}
 
     for row in rows:  # parameter-major, then hardware
@@ -57,7 +57,7 @@ def test_sweep_matches_individual_runs(sweep_dir):
         sc = scs[row["index"] % 2]
         assert row["hardware"] == sc.spec.hardware and row["params"]["gamma"] == gamma
         params = {k: np.asarray(v, np.float32) for k, v in row["params"].items()}
-        want = single(params, sc.workload, sc.cfg, sc.hw, sc.prior)
+        want = single(params, sc.inputs("odma"), sc.hw)
         for k, v in want.items():
             np.testing.assert_allclose(row["metrics"][k], float(v), rtol=1e-5,
                                        atol=1e-6, err_msg=f"#{row['index']} {k}")

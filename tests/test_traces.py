@@ -1,5 +1,5 @@
 """Trace loading: every shared trace, summaries against direct computations, and the
-errors a user's bad file gets (from the library and from ``python -m tuner.trace``)."""
+errors a user's bad file gets (from the library and from ``python -m tuner.workloads.trace``)."""
 
 import csv
 import json
@@ -12,12 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tuner.presets import traces_dir
-from tuner.trace import main
-from tuner.traces import Trace, TraceError, load_trace, summary, to_workload
+from tuner.workloads.presets import traces_dir
+from tuner.workloads.trace import main
+from tuner.workloads.traces import Trace, TraceError, load_trace, summary, to_workload
 
 TRACES = traces_dir()
-pytestmark = pytest.mark.skipif(not TRACES.is_dir(), reason=f"no traces at {TRACES}")
 
 FILES = {  # file -> (rows, format, has arrival times)
     "azure-llm-2023-conv.csv": (19_366, "azure", True),
@@ -30,6 +29,7 @@ CASTILLO = {"alpaca": (200, 400), "apps": (200, 400), "bigcodebench": (114, 227)
             "sharegpt": (198, 397)}  # dataset -> (test rows, validate rows)
 
 
+@pytest.mark.needs_traces(*FILES)
 @pytest.mark.parametrize("name", FILES)
 def test_shared_trace_loads(name):
     rows, fmt, timed = FILES[name]
@@ -43,6 +43,7 @@ def test_shared_trace_loads(name):
         assert trace.arrival_s[0] == 0 and np.all(np.diff(trace.arrival_s) >= 0)
 
 
+@pytest.mark.needs_traces("castillo-qwen2.5-7b")
 @pytest.mark.parametrize("split", ["test", "validate"])
 @pytest.mark.parametrize("dataset", CASTILLO)
 def test_castillo_file_loads(dataset, split):
@@ -55,6 +56,7 @@ def test_castillo_file_loads(dataset, split):
     assert len(trace.prompt_text) == len(trace) and len(set(trace.dataset)) == 1
 
 
+@pytest.mark.needs_traces("castillo-qwen2.5-7b")
 def test_castillo_directory_and_globs():
     root = TRACES / "castillo-qwen2.5-7b"
     assert len(load_trace(root)) == 3329
@@ -72,6 +74,7 @@ def _stats(x):
             "p99": np.percentile(x, 99), "max": x.max()}
 
 
+@pytest.mark.needs_traces("azure-llm-2023-conv.csv")
 def test_summary_matches_direct_computation_azure():
     with open(TRACES / "azure-llm-2023-conv.csv", newline="") as f:
         rows = list(csv.reader(f))[1:]
@@ -92,6 +95,7 @@ def test_summary_matches_direct_computation_azure():
     assert got["interarrival_cv"] == pytest.approx(1.1, abs=0.05)  # README: ~1.1
 
 
+@pytest.mark.needs_traces("mooncake-conversation.jsonl")
 def test_summary_matches_direct_computation_mooncake():
     with open(TRACES / "mooncake-conversation.jsonl") as f:
         recs = [json.loads(line) for line in f]
@@ -173,6 +177,7 @@ def test_missing_file_and_unknown_preset(tmp_path, capsys):
     assert out == "" and len(err.splitlines()) == 2 and "default, azure-conv" in err
 
 
+@pytest.mark.needs_traces("sharegpt-8k-lengths.csv", "azure-llm-2023-conv.csv")
 @pytest.mark.parametrize("spec, name", [("sharegpt", "sharegpt-8k-lengths.csv"),
                                         (None, "azure-llm-2023-conv.csv")])
 def test_cli_json(spec, name, capsys):
@@ -191,13 +196,14 @@ def test_cli_as_a_module(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("num_prefill_tokens,num_decode_tokens\n3,4\n5,-3\n")
     root = Path(__file__).resolve().parents[1]
-    run = subprocess.run([sys.executable, "-m", "tuner.trace", str(bad)], cwd=root,
+    run = subprocess.run([sys.executable, "-m", "tuner.workloads.trace", str(bad)], cwd=root,
                          capture_output=True, text=True, timeout=60, check=False)
     assert (run.returncode, run.stdout) == (2, "")
     assert run.stderr == (f"error: {bad}: line 3: field 'num_decode_tokens': "
                           "negative token count -3\n")
 
 
+@pytest.mark.needs_traces("azure-llm-2023-conv.csv", "sharegpt-8k-lengths.csv")
 def test_to_workload():
     trace = load_trace(TRACES / "azure-llm-2023-conv.csv")
     wl = to_workload(trace, max_output=100, pad_to=len(trace) + 5)

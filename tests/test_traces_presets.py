@@ -7,7 +7,7 @@ import pytest
 
 from experiments.make_default_workload import main as make_table
 from experiments.make_default_workload import provenance, spearman
-from tuner.presets import (
+from tuner.workloads.presets import (
     DEFAULT_TABLE,
     default_trace,
     list_presets,
@@ -15,10 +15,9 @@ from tuner.presets import (
     resolve_trace,
     traces_dir,
 )
-from tuner.traces import load_trace
+from tuner.workloads.traces import load_trace
 
 TRACES = traces_dir()
-needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason=f"no traces at {TRACES}")
 
 
 def test_table_is_valid_and_documents_its_source():
@@ -29,7 +28,7 @@ def test_table_is_valid_and_documents_its_source():
     assert table["percentiles"] == list(range(101)) and table["rows"] == 19_366
 
 
-@needs_traces
+@pytest.mark.needs_traces("azure-llm-2023-conv.csv")
 def test_table_is_reproducible_from_the_trace(tmp_path, capsys):
     out = tmp_path / "table.json"
     assert make_table(["--out", str(out)]) == 0
@@ -52,7 +51,7 @@ def test_spearman_with_ties():
     assert spearman(np.arange(10), np.arange(10) ** 3) == pytest.approx(1.0)
 
 
-@needs_traces
+@pytest.mark.needs_traces("README.md")
 def test_provenance_comes_from_the_readme():
     got = provenance(TRACES / "README.md", "mooncake-conversation.jsonl")
     assert got == {"source": "kvcache-ai/Mooncake:FAST25-release/traces/"
@@ -89,7 +88,9 @@ def test_default_trace_seed_and_rate():
     assert len(resolve_trace("default", n=7)) == 7
 
 
-@needs_traces
+@pytest.mark.needs_traces("azure-llm-2023-conv.csv", "mooncake-conversation.jsonl",
+                          "sharegpt-8k-lengths.csv", "arxiv-summarization-lengths.csv",
+                          "castillo-qwen2.5-7b")
 @pytest.mark.parametrize("name, rows", [
     ("azure-conv", 19_366), ("mooncake", 12_031), ("sharegpt", 30_731),
     ("arxiv", 28_257), ("castillo-alpaca", 200), ("castillo", 1110)])

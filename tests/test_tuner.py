@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from models import get_system, validate_params
 from tuner import evaluate as ev
+from tuner.atomic import write_json_atomic
 from tuner.objectives import parse_objective
-from tuner.policy import load_policy, make_policy, write_json_atomic
+from tuner.policy import load_policy, make_policy
 from tuner.scenario import ScenarioSpec
 from tuner.space import Space
 

@@ -1,17 +1,46 @@
-"""Atomic file writes: a temporary file in the target folder, fsync, then rename."""
+"""Plain JSON values and atomic file writes: the one implementation of both.
+
+:func:`plain` turns NumPy/JAX scalars and arrays, tuples and dicts into plain JSON
+values (non-finite floats become ``None``). Every writer goes through a temporary file
+in the destination folder, flushed and fsynced, then ``os.replace`` onto the target: a
+reader sees either the old file or the complete new one, never a partial write, and a
+failed write leaves no temporary behind.
+"""
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_bytes_atomic", "write_json_atomic"]
+__all__ = ["plain", "savefig_atomic", "write_bytes_atomic", "write_json_atomic",
+           "write_text_atomic"]
+
+
+def plain(x):
+    """``x`` as plain JSON values: dicts (keys as ``str``), lists (from lists and
+    tuples), and scalars; NumPy/JAX scalars and arrays unwrapped via ``tolist()``;
+    NaN and +-inf become ``None``. Other values are returned unchanged."""
+    if isinstance(x, dict):
+        return {k if isinstance(k, str) else str(k): plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [plain(v) for v in x]
+    if isinstance(x, float):  # also np.float64, a float subclass
+        return float(x) if math.isfinite(x) else None
+    if isinstance(x, (str, bytes, int)) or x is None:
+        return x
+    if hasattr(x, "tolist"):  # NumPy arrays and scalars, JAX arrays
+        return plain(x.tolist())
+    return x
 
 
 def write_bytes_atomic(path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` so readers see the old file or the whole new one."""
+    """Write ``data`` to ``path`` (parents created) so readers see the old file or the
+    whole new one. The file gets the mode ``open()`` would give it (0o666 less the
+    umask), not ``mkstemp``'s 0o600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -30,7 +59,24 @@ def write_bytes_atomic(path, data: bytes) -> Path:
     return path
 
 
-def write_json_atomic(path, doc) -> Path:
-    """Indented, key-sorted JSON (NaN refused) written atomically."""
-    text = json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
+def write_text_atomic(path, text: str) -> Path:
+    """UTF-8 text written atomically."""
     return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path, doc, *, sort_keys: bool = True,
+                      indent: int | None = 2) -> Path:
+    """JSON (one trailing newline) written atomically. Strict: NaN/inf and values JSON
+    cannot encode raise ``ValueError``/``TypeError`` before anything is written; pass
+    ``plain(doc)`` to map NumPy values to plain ones and non-finite floats to null."""
+    text = json.dumps(doc, indent=indent, sort_keys=sort_keys, allow_nan=False) + "\n"
+    return write_text_atomic(path, text)
+
+
+def savefig_atomic(fig, path, **kw) -> Path:
+    """Render a matplotlib figure to bytes (format from the suffix, else PNG; ``kw`` go
+    to ``fig.savefig``) and write them atomically."""
+    path = Path(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, **{"format": path.suffix.lstrip(".") or "png", **kw})
+    return write_bytes_atomic(path, buf.getvalue())

@@ -14,9 +14,9 @@ import math
 import sys
 
 import jax.numpy as jnp
-import numpy as np
 
-from models import get_system, metrics, simulate_until_done, validate_params
+from models import get_system, list_systems, metrics, simulate_until_done, validate_params
+from tuner.atomic import plain
 from tuner.objectives import DEFAULT_OBJECTIVE, parse_objective
 from tuner.scenario import Scenario, ScenarioSpec, build_scenario
 
@@ -27,26 +27,29 @@ def evaluate(sc: Scenario, system: str, params: dict | None = None, *,
              temperature: float = 0.0, objective: str = DEFAULT_OBJECTIVE) -> dict:
     """Run ``system`` on the scenario until every request is accounted for."""
     spec = get_system(system)
-    p = validate_params(spec, params or {}, sc.cfg.max_len)
+    obj = parse_objective(objective)
+    obj.check_metrics(system)
+    p = validate_params(spec, params or {}, sc.cfg.max_len, sc.hw)
     p = {k: jnp.asarray(v) for k, v in p.items()}
-    st = simulate_until_done(sc.workload, sc.cfg, sc.hw, p, sc.options(system, record=True),
-                             t=temperature, prior=sc.prior)
-    m = {k: float(v) for k, v in metrics(st, sc.workload, sc.cfg).items()}
-    m["objective"] = float(parse_objective(objective)(m))
+    opts = sc.options(system, record=True)
+    inputs = sc.inputs(system)
+    st = simulate_until_done(inputs, sc.hw, p, opts, t=temperature)
+    m = {k: float(v) for k, v in metrics(st, inputs, opts).items()}
+    m["objective"] = float(obj(m))
     return m
 
 
-def parse_param(text: str) -> tuple[str, list[float] | float]:
+def parse_param(text: str, flag: str = "--param") -> tuple[str, list[float] | float]:
     """``key=value`` or ``key=v1,v2,...``; errors name the argument."""
     if "=" not in text:
-        raise ValueError(f"--param {text!r}: expected key=value")
+        raise ValueError(f"{flag} {text!r}: expected key=value")
     key, _, value = text.partition("=")
     try:
         vals = [float(v) for v in value.split(",")]
     except ValueError:
-        raise ValueError(f"--param {text!r}: value is not a number (or comma list)") from None
+        raise ValueError(f"{flag} {text!r}: value is not a number (or comma list)") from None
     if not all(math.isfinite(v) for v in vals):
-        raise ValueError(f"--param {text!r}: value must be finite")
+        raise ValueError(f"{flag} {text!r}: value must be finite")
     return key.strip(), vals if len(vals) > 1 else vals[0]
 
 
@@ -64,6 +67,9 @@ def add_scenario_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--max-len", type=int, default=None)
     g.add_argument("--slots", type=int, default=None, dest="n_slots")
+    g.add_argument("--option", action="append", default=None, dest="options",
+                   metavar="KEY=VALUE", help="a family option (e.g. window=10000 for "
+                   "the bucketed family's ODMA window); repeatable")
 
 
 SCENARIO_KEYS = ("trace", "hardware", "model", "tp", "capacity_tokens", "rate",
@@ -75,12 +81,20 @@ def spec_from_args(args, base: ScenarioSpec | None = None) -> ScenarioSpec:
     over = {k: getattr(args, k) for k in SCENARIO_KEYS if getattr(args, k, None) is not None}
     if "n_slots" in over:
         over["max_batch"] = over["n_slots"]
+    if getattr(args, "options", None):
+        opts = dict(base.options)
+        for text in args.options:
+            key, value = parse_param(text, flag="--option")
+            if isinstance(value, list) or value != int(value):
+                raise ValueError(f"--option {text!r}: expected an integer value")
+            opts[key] = int(value)
+        over["options"] = tuple(sorted(opts.items()))
     return base.replace(**over)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tuner.evaluate", description=__doc__)
-    ap.add_argument("--system", help="static | paged | s3 | odma")
+    ap.add_argument("--system", help=" | ".join(list_systems()))
     ap.add_argument("--policy", help="exported policy JSON (from python -m tuner.fit)")
     ap.add_argument("--param", action="append", default=[], help="key=value[,v2,...]")
     ap.add_argument("--mode", choices=("exact", "relaxed"), default="exact")
@@ -100,7 +114,7 @@ def main(argv=None) -> int:
                 raise ValueError(f"{args.policy}: policy is for system {pol['system']!r}, "
                                  f"not {system!r}")
             system, params, objective = pol["system"], pol["params"], pol["objective"]
-            base = ScenarioSpec(**pol["scenario"])
+            base = ScenarioSpec.from_dict(pol["scenario"])
         if not system:
             raise ValueError("give --system or --policy")
         params.update(dict(parse_param(p) for p in args.param))
@@ -120,22 +134,12 @@ def main(argv=None) -> int:
              predictions=sc.prediction_source, workload=sc.summary,
              fingerprint=sc.fingerprint)
     if args.json:
-        print(json.dumps(_jsonable(m), indent=2, sort_keys=True))
+        print(json.dumps(plain(m), indent=2, sort_keys=True))
     else:
         for k in ("objective", "tps", "kv_utilization", "ttft_p99_s", "tpot_p99_s",
                   "migrations", "preemptions", "unserved", "accuracy"):
             print(f"{k:>16}: {m[k]:.6g}")
     return 0
-
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, (np.floating, np.integer)):
-        return _jsonable(x.item())
-    return x
 
 
 if __name__ == "__main__":

@@ -13,11 +13,12 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from tuner.atomic import write_json_atomic
 from tuner.evaluate import add_scenario_args, spec_from_args
 from tuner.fitting import FitSettings, fit, validate
-from tuner.gradcheck import FD_SCHEMES
+from tuner.problem import FD_SCHEMES
 from tuner.objectives import parse_objective
-from tuner.policy import make_policy, write_json_atomic
+from tuner.policy import make_policy
 from tuner.scenario import ScenarioSpec, build_scenario
 
 __all__ = ["main"]
@@ -101,9 +102,9 @@ def main(argv=None) -> int:
         return 2
     tuned, default = mets["tuned"]["objective"], mets["default"]["objective"]
     gain = (tuned - default) / abs(default) if default else float("inf")
+    bases = ", ".join(f"{b} {m['objective']:.6g}" for b, m in mets["baselines"].items())
     print(f"objective ({args.objective}) on held-out data: tuned {tuned:.6g}, "
-          f"default {default:.6g} ({gain:+.2%}), baseline "
-          f"{mets['baseline']['system']} {mets['baseline']['objective']:.6g}")
+          f"default {default:.6g} ({gain:+.2%}); baselines: {bases}")
     print("tuned params: " + ", ".join(f"{k}={v}" for k, v in res.params.items()))
     if tuned < default:
         print(f"not exported: the tuned policy is worse than the default by {-gain:.2%}",

@@ -32,7 +32,8 @@ from flax import serialization
 from models import get_system, validate_params
 from tuner.atomic import write_bytes_atomic
 from tuner.evaluate import evaluate
-from tuner.gradcheck import FD_SCHEMES, Problem, check
+from tuner.gradcheck import check
+from tuner.problem import FD_SCHEMES, Problem
 from tuner.objectives import parse_objective
 from tuner.scenario import ScenarioSpec, build_scenario
 from tuner.space import Space
@@ -102,9 +103,9 @@ def _train_scenarios(spec: ScenarioSpec, crn: int):
 
 
 def _n_steps(sc, system, params) -> int:
-    m = evaluate(sc, system, params)
+    m = evaluate(sc, system, params, objective="tps")  # any family reports tps
     it = int(m["iterations"] + 1)
-    return int(math.ceil(1.25 * it / sc.spec.refresh_check) * sc.spec.refresh_check)
+    return int(math.ceil(1.25 * it / sc.spec.block) * sc.spec.block)
 
 
 def _key(spec: ScenarioSpec, st: FitSettings) -> str:
@@ -162,8 +163,8 @@ def build_problem(spec: ScenarioSpec, st: FitSettings) -> tuple[Problem, dict]:
     sys_spec = get_system(st.system)
     scs = _train_scenarios(spec, st.crn)
     max_len = scs[0].cfg.max_len
-    default = validate_params(sys_spec, {}, max_len)
-    start = validate_params(sys_spec, st.start, max_len)
+    default = validate_params(sys_spec, {}, max_len, scs[0].hw)
+    start = validate_params(sys_spec, st.start, max_len, scs[0].hw)
     space = Space(sys_spec, start)
     if not space.names:
         raise ValueError(f"system {st.system!r} has no gradient-tunable parameters")
@@ -275,18 +276,26 @@ def _load_ckpt(path: Path, key: str, theta, opt_state) -> dict:
 
 
 def validate(spec: ScenarioSpec, system: str, tuned: dict, default: dict, objective: str,
-             *, holdout: ScenarioSpec, seeds: int, baseline: str | None = None) -> dict:
-    """Exact-mode evaluation of tuned, default and baseline on held-out data."""
-    baseline = baseline or get_system(system).baseline
-    runs = {"tuned": [], "default": [], "baseline": []}
+             *, holdout: ScenarioSpec, seeds: int, baselines: tuple | None = None) -> dict:
+    """Exact-mode evaluation of tuned, default and every baseline of the system (its
+    ``SystemSpec.baselines``) on held-out data. ``baselines`` holds each baseline's mean
+    metrics; ``baseline`` is the strongest of them (highest mean objective)."""
+    baselines = tuple(baselines or get_system(system).baselines)
+    runs = {"tuned": [], "default": [], **{("baseline", b): [] for b in baselines}}
     for k in range(seeds):
         sc = build_scenario(holdout.replace(seed=holdout.seed + 1000 + k))
         runs["tuned"].append(evaluate(sc, system, tuned, objective=objective))
         runs["default"].append(evaluate(sc, system, default, objective=objective))
-        runs["baseline"].append(evaluate(sc, baseline, {}, objective=objective))
-    out = {}
+        for b in baselines:
+            runs[("baseline", b)].append(evaluate(sc, b, {}, objective=objective))
+    out, per_base = {}, {}
     for name, ms in runs.items():
-        out[name] = {k: float(np.mean([m[k] for m in ms])) for k in ms[0]}
-        out[name]["objective_per_seed"] = [m["objective"] for m in ms]
-    out["baseline"]["system"] = baseline
+        summary = {k: float(np.mean([m[k] for m in ms])) for k in ms[0]}
+        summary["objective_per_seed"] = [m["objective"] for m in ms]
+        if isinstance(name, tuple):
+            per_base[name[1]] = {**summary, "system": name[1]}
+        else:
+            out[name] = summary
+    out["baselines"] = per_base
+    out["baseline"] = max(per_base.values(), key=lambda m: m["objective"])
     return out

@@ -5,7 +5,8 @@ An objective is written as a spec string: a goal, then constraints, comma-separa
     tps,migration_rate<=0.005            # the default: the ODMA papers' target
     tps+2000*kv_utilization,ttft_slo_attainment>=0.9
 
-The goal is a weighted sum of metrics. Every value is multiplied by the share of requests
+The goal is a weighted sum of metrics: any metric a registered family declares
+(``models.metric_specs``; every family reports ``completed`` and ``unserved``). Every value is multiplied by the share of requests
 served (an unserved request is a failure, not a saving) and by ``exp(-v / scale)`` for each
 constraint violated by ``v`` (scale: the bound itself, or 1 for a zero bound), so a
 feasible policy scores its goal in the goal's own unit and the penalty is smooth.
@@ -24,8 +25,8 @@ from dataclasses import dataclass, replace
 
 import jax.numpy as jnp
 
-__all__ = ["Objective", "parse_objective", "DEFAULT_OBJECTIVE", "PRESETS", "METRIC_NAMES",
-           "SHARE_METRICS"]
+__all__ = ["Objective", "parse_objective", "DEFAULT_OBJECTIVE", "PRESETS", "metric_names",
+           "is_share"]
 
 DEFAULT_OBJECTIVE = "tps,migration_rate<=0.005"
 LOG_FLOOR = 1e-9  # a goal below this (nothing served) counts as log(1e-9) in log_value
@@ -37,12 +38,24 @@ PRESETS = {
     "goodput": "tps,ttft_slo_attainment>=0.9,tpot_slo_attainment>=0.9",
     "slo": "ttft_slo_attainment+tpot_slo_attainment",
 }
-METRIC_NAMES = ("tps", "requests_per_s", "kv_utilization", "migration_rate", "migrations",
-                "preemptions", "accuracy", "ttft_slo_attainment", "tpot_slo_attainment",
-                "queue_delay_mean_s", "peak_kv_share", "stalls")
-# metrics that are shares in [0, 1]: a tightened ">=" bound moves toward 1
-SHARE_METRICS = ("kv_utilization", "migration_rate", "accuracy", "ttft_slo_attainment",
-                 "tpot_slo_attainment", "peak_kv_share")
+
+
+def metric_names(system: str | None = None) -> list[str]:
+    """Metrics an objective may name: those ``system``'s family declares, or (None)
+    those of any registered family."""
+    from models import metric_specs
+
+    return sorted(metric_specs(system))
+
+
+def is_share(name: str) -> bool:
+    """A share in [0, 1] (a tightened ``>=`` bound moves toward 1)."""
+    from models import metric_specs
+
+    spec = metric_specs().get(name)
+    return bool(spec is not None and spec.share)
+
+
 _TERM = re.compile(r"^\s*(?:([0-9.eE+-]+)\s*\*\s*)?([a-z_0-9]+)\s*$")
 _CONS = re.compile(r"^\s*([a-z_0-9]+)\s*(<=|>=)\s*([0-9.eE+-]+)\s*$")
 
@@ -63,7 +76,7 @@ class Objective:
         """The bound in force after the margin."""
         if op == "<=":
             return bound * (1.0 - self.margin) if bound > 0 else bound
-        if name in SHARE_METRICS:
+        if is_share(name):
             return bound + self.margin * max(1.0 - bound, 0.0)
         return (1.0 + self.margin) * bound if bound > 0 else bound
 
@@ -94,6 +107,16 @@ class Objective:
             out = out - v
         return out
 
+    def metrics_used(self) -> set[str]:
+        return {n for _, n in self.goal} | {n for n, _, _ in self.constraints}
+
+    def check_metrics(self, system: str) -> None:
+        """Raise unless ``system``'s family reports every metric the objective names."""
+        missing = self.metrics_used() - set(metric_names(system))
+        if missing:
+            raise ValueError(f"objective {self.spec!r}: system {system!r} does not report "
+                             f"{sorted(missing)}; it reports {', '.join(metric_names(system))}")
+
     def describe(self) -> str:
         if self.margin and self.constraints:
             return f"{self.spec} (bounds tightened by {self.margin:.0%} of their slack)"
@@ -106,17 +129,17 @@ def parse_objective(spec: str | None) -> Objective:
     parts = [p for p in spec.split(",") if p.strip()]
     if not parts:
         raise ValueError("objective: empty specification")
-    goal = []
+    goal, known = [], metric_names()
     for term in parts[0].split("+"):
         m = _TERM.match(term)
-        if not m or m.group(2) not in METRIC_NAMES:
+        if not m or m.group(2) not in known:
             raise ValueError(f"objective: bad goal term {term.strip()!r}; metrics: "
-                             f"{', '.join(METRIC_NAMES)}; presets: {', '.join(PRESETS)}")
+                             f"{', '.join(known)}; presets: {', '.join(PRESETS)}")
         goal.append((float(m.group(1) or 1.0), m.group(2)))
     cons = []
     for c in parts[1:]:
         m = _CONS.match(c)
-        if not m or m.group(1) not in METRIC_NAMES:
+        if not m or m.group(1) not in known:
             raise ValueError(f"objective: bad constraint {c.strip()!r} "
                              "(expected metric<=value or metric>=value)")
         cons.append((m.group(1), m.group(2), float(m.group(3))))

@@ -2,8 +2,8 @@
 
 A sweep row is ``{"index", "system", "hardware", "model", "trace", "params": {...},
 "metrics": {...}}``. Two trade-offs are marked and drawn: throughput against p99 time
-to first token, and KV utilisation against migration rate. Every file is rendered to a
-temporary name in the target directory first and renamed only once all of them exist.
+to first token, and KV utilisation against migration rate. Every file is rendered to
+bytes first and written (atomically, one by one) only once all of them rendered.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import csv
 import io
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["FRONTS", "TABLE_METRICS", "human", "mark_pareto", "pareto_mask",
+from tuner.atomic import plain, write_bytes_atomic
+
+__all__ = ["FRONTS", "TABLE_METRICS", "fronts", "human", "mark_pareto", "pareto_mask",
            "plot_pareto", "summary_line", "to_csv", "to_markdown", "write_outputs"]
 
 # name -> ((x metric, maximise x?), (y metric, maximise y?), panel title)
@@ -30,6 +30,17 @@ FRONTS = {
 TABLE_METRICS = ("objective", "tps", "kv_utilization", "ttft_p99_s", "tpot_p99_s",
                  "migration_rate", "unserved")
 TOP = 20
+
+
+def fronts(rows: list[dict]) -> dict:
+    """The :data:`FRONTS` whose two metrics the rows' system reports."""
+    have = set(rows[0]["metrics"]) if rows else set()
+    return {k: v for k, v in FRONTS.items() if {v[0][0], v[1][0]} <= have}
+
+
+def table_metrics(rows: list[dict]) -> list[str]:
+    have = set(rows[0]["metrics"]) if rows else set()
+    return [m for m in TABLE_METRICS if m in have]
 
 
 def human(v):
@@ -56,8 +67,9 @@ def pareto_mask(x, y, maximize=(True, True)) -> np.ndarray:
 
 
 def mark_pareto(rows: list[dict]) -> list[dict]:
-    """Set ``row["pareto"] = {front name: bool}`` for every front in :data:`FRONTS`."""
-    for name, ((xm, xmax), (ym, ymax), _) in FRONTS.items():
+    """Set ``row["pareto"] = {front name: bool}`` for every front in :data:`FRONTS` (of
+    the metrics the system reports)."""
+    for name, ((xm, xmax), (ym, ymax), _) in fronts(rows).items():
         x = [r["metrics"][xm] for r in rows]
         y = [r["metrics"][ym] for r in rows]
         for r, on in zip(rows, pareto_mask(x, y, (xmax, ymax))):
@@ -86,12 +98,12 @@ def to_csv(rows: list[dict]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["index", "system", "hardware", "model", "trace"]
-               + [c for c, _, _ in pcols] + mcols + [f"pareto_{f}" for f in FRONTS])
+               + [c for c, _, _ in pcols] + mcols + [f"pareto_{f}" for f in fronts(rows)])
     for r in rows:
         w.writerow([r["index"], r["system"], r["hardware"], r["model"], r["trace"]]
                    + [_param(r, k, i) for _, k, i in pcols]
                    + [r["metrics"][m] for m in mcols]
-                   + [int(r.get("pareto", {}).get(f, False)) for f in FRONTS])
+                   + [int(r.get("pareto", {}).get(f, False)) for f in fronts(rows)])
     return buf.getvalue()
 
 
@@ -114,7 +126,7 @@ def to_markdown(rows: list[dict], meta: dict | None = None, top: int = TOP) -> s
     shown = [(k + 1, r) for k, r in enumerate(ranked)
              if k < top or any(r.get("pareto", {}).values())]
     pnames = list(rows[0]["params"])
-    head = (["rank", "#", "hardware", "trace"] + pnames + list(TABLE_METRICS)
+    head = (["rank", "#", "hardware", "trace"] + pnames + table_metrics(rows)
             + ["pareto"])
     lines = []
     if meta:
@@ -126,10 +138,10 @@ def to_markdown(rows: list[dict], meta: dict | None = None, top: int = TOP) -> s
         marks = ",".join(f for f, on in r.get("pareto", {}).items() if on)
         cells = ([rank, r["index"], r["hardware"], r["trace"]]
                  + [r["params"][k] for k in pnames]
-                 + [r["metrics"][m] for m in TABLE_METRICS] + [marks or ""])
+                 + [r["metrics"][m] for m in table_metrics(rows)] + [marks or ""])
         lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
     lines += ["", f"Top {top} by objective, plus Pareto-optimal rows (pareto: "
-              + "; ".join(f"{k} = {v[2]}" for k, v in FRONTS.items()) + ")."]
+              + "; ".join(f"{k} = {v[2]}" for k, v in fronts(rows).items()) + ")."]
     return "\n".join(lines) + "\n"
 
 
@@ -142,7 +154,8 @@ def summary_line(rows: list[dict], meta: dict) -> str:
 
 
 def plot_pareto(rows: list[dict], path, title: str = "") -> None:
-    """Two panels, one per front; points coloured by hardware and trace."""
+    """Two panels, one per front; points coloured by hardware and trace. ``path`` is a
+    file name or a binary file object (PNG is written)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -150,9 +163,10 @@ def plot_pareto(rows: list[dict], path, title: str = "") -> None:
 
     groups = sorted({(r["hardware"], r["trace"]) for r in rows})
     colours = plt.get_cmap("tab10" if len(groups) <= 10 else "tab20")
-    fig, axes = plt.subplots(1, len(FRONTS), figsize=(6.2 * len(FRONTS), 4.8))
+    shown = fronts(rows)
+    fig, axes = plt.subplots(1, max(len(shown), 1), figsize=(6.2 * max(len(shown), 1), 4.8))
     axes = np.atleast_1d(axes)
-    for ax, (name, ((xm, _), (ym, _), label)) in zip(axes, FRONTS.items()):
+    for ax, (name, ((xm, _), (ym, _), label)) in zip(axes, shown.items()):
         for g, (hw, tr) in enumerate(groups):
             sel = [r for r in rows if (r["hardware"], r["trace"]) == (hw, tr)]
             ax.scatter([r["metrics"][xm] for r in sel], [r["metrics"][ym] for r in sel],
@@ -178,43 +192,17 @@ def plot_pareto(rows: list[dict], path, title: str = "") -> None:
     plt.close(fig)
 
 
-def _plain(x):
-    if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if isinstance(x, (np.ndarray, np.generic)):
-        return _plain(x.tolist())
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
 def write_outputs(out_dir, rows: list[dict], meta: dict) -> list[Path]:
-    """Write sweep.json, sweep.csv, sweep.md, pareto.png: each rendered to a temporary
-    file first, and all renamed into place only once all four are complete."""
+    """Write sweep.json, sweep.csv, sweep.md, pareto.png: all four are rendered to bytes
+    first, so a failure while rendering writes nothing; then each is written
+    atomically."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    doc = json.dumps(_plain({"schema": "kvtune.sweep/1", "meta": meta, "rows": rows}),
+    doc = json.dumps(plain({"schema": "kvtune.sweep/1", "meta": meta, "rows": rows}),
                      indent=2, sort_keys=True, allow_nan=False) + "\n"
-    texts = {"sweep.json": doc, "sweep.csv": to_csv(rows),
-             "sweep.md": to_markdown(rows, meta)}
-    tmps: dict[str, str] = {}
-    try:
-        for name in (*texts, "pareto.png"):
-            fd, tmps[name] = tempfile.mkstemp(dir=out, prefix=f".{name}.",
-                                              suffix=".tmp")
-            os.close(fd)
-            os.chmod(tmps[name], 0o644)
-        for name, text in texts.items():
-            with open(tmps[name], "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-        plot_pareto(rows, tmps["pareto.png"], title=f"{meta.get('system', '')} sweep")
-        for name, tmp in tmps.items():
-            os.replace(tmp, out / name)
-    finally:
-        for tmp in tmps.values():
-            Path(tmp).unlink(missing_ok=True)
-    return [out / n for n in tmps]
+    data = {name: text.encode("utf-8") for name, text in (
+        ("sweep.json", doc), ("sweep.csv", to_csv(rows)),
+        ("sweep.md", to_markdown(rows, meta)))}
+    png = io.BytesIO()
+    plot_pareto(rows, png, title=f"{meta.get('system', '')} sweep")
+    data["pareto.png"] = png.getvalue()
+    return [write_bytes_atomic(out / name, b) for name, b in data.items()]

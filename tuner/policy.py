@@ -1,4 +1,5 @@
-"""Exported policy configs: versioned JSON, written atomically, loaded strictly."""
+"""Exported policy configs: versioned JSON (written with
+:func:`tuner.atomic.write_json_atomic`), loaded strictly."""
 
 from __future__ import annotations
 
@@ -7,13 +8,11 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-import numpy as np
-
 from models import get_system, validate_params
-from tuner.atomic import write_json_atomic as _write_json
+from tuner.atomic import plain
 from tuner.scenario import ScenarioSpec
 
-__all__ = ["SCHEMA", "make_policy", "write_json_atomic", "load_policy", "package_version"]
+__all__ = ["SCHEMA", "make_policy", "load_policy", "package_version"]
 
 SCHEMA = "kvtune.policy/1"
 KEYS = ("schema", "system", "hardware", "model", "params", "metrics", "objective",
@@ -28,38 +27,19 @@ def package_version() -> str:
         return "0+unknown"
 
 
-def _plain(x):
-    if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _plain(x.tolist())
-    if isinstance(x, (np.floating, np.integer)):
-        x = x.item()
-    if isinstance(x, float) and not np.isfinite(x):
-        return None
-    return x
-
-
 def make_policy(*, system, params, scenario: ScenarioSpec, workload: dict, metrics: dict,
                 objective: str, tuner: dict, seed: int) -> dict:
     """Assemble the policy document (parameters in human units)."""
     missing = [k for k in METRIC_SETS if k not in metrics]
     if missing:
         raise ValueError(f"policy metrics lack {missing}")
-    return _plain({
+    return plain({
         "schema": SCHEMA, "system": system, "hardware": scenario.hardware,
         "model": scenario.model, "params": params, "metrics": metrics,
         "objective": objective, "scenario": scenario.to_dict(), "workload": workload,
         "tuner": tuner, "version": package_version(), "seed": seed,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     })
-
-
-def write_json_atomic(path, doc: dict) -> None:
-    """Write JSON to a temp file in the target directory, fsync, then rename."""
-    _write_json(path, doc)
 
 
 def load_policy(path) -> dict:
@@ -84,10 +64,16 @@ def load_policy(path) -> dict:
     except ValueError as e:
         raise ValueError(f"{path}: field 'system': {e}") from None
     fields = set(ScenarioSpec.__dataclass_fields__)
+    # files written before family options name ODMA's window settings directly
+    legacy = (fields - {"block", "options"}) | {"window", "refresh_every", "refresh_check"}
     sc = doc["scenario"]
-    if not isinstance(sc, dict) or set(sc) != fields:
+    if not isinstance(sc, dict) or set(sc) not in (fields, legacy):
         bad = sorted(set(sc) ^ fields) if isinstance(sc, dict) else "not an object"
         raise ValueError(f"{path}: field 'scenario' has unknown or missing keys: {bad}")
+    try:
+        sc = doc["scenario"] = ScenarioSpec.from_dict(sc).to_dict()
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path}: field 'scenario': {e}") from None
     if sc["hardware"] != doc["hardware"] or sc["model"] != doc["model"]:
         raise ValueError(f"{path}: fields 'hardware'/'model' disagree with 'scenario'")
     for name in METRIC_SETS:

@@ -3,8 +3,10 @@
 ``ScenarioSpec`` is what a user chooses (all plain values, serialisable into a policy
 file); ``build_scenario`` turns it into the simulators' inputs: a padded
 :class:`models.Workload` with predictions, a :class:`models.ServerConfig`, the hardware
-roofline parameters and the ODMA window prior (realised lengths of the requests before the
-slice, i.e. the deployment's history, when the trace has them).
+roofline parameters and the history (realised lengths of the requests before the slice,
+i.e. the deployment's past; a family may use it, e.g. to fill ODMA's window).
+``Scenario.inputs(system)`` hands them to the system's family; the tuner never sees
+what a family makes of them.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import hardware
-from models import ServerConfig, SimOptions, Workload, prior_from_predictions
-from tuner import arrivals
-from tuner.presets import resolve_trace
-from tuner.traces import Trace, summary, to_workload
+from models import Inputs, ServerConfig, SimOptions, Workload, make_inputs, make_options
+from tuner.workloads import arrivals
+from tuner.workloads.presets import resolve_trace
+from tuner.workloads.traces import Trace, summary, to_workload
 
 __all__ = ["ScenarioSpec", "Scenario", "build_scenario", "DEFAULT_RATE"]
 
@@ -48,16 +50,35 @@ class ScenarioSpec:
     admit_window: int = 32
     ttft_slo_s: float = 5.0
     tpot_slo_s: float = 0.15
-    window: int = 10000
-    refresh_every: int = 1000
-    refresh_check: int = 16
+    block: int = 16                      # iterations per scanned block
+    # family options as (name, value) pairs, e.g. (("window", 10000),) for ODMA's window;
+    # empty: the family's defaults
+    options: tuple = ()
     predictor: str | None = None         # model file for traces with prompt text
 
     def replace(self, **kw) -> "ScenarioSpec":
         return dataclasses.replace(self, **kw)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        d["options"] = {k: v for k, v in self.options}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ScenarioSpec":
+        """Inverse of :meth:`to_dict`; also reads files written before family options
+        (``window``/``refresh_every`` keys, ``refresh_check`` for ``block``)."""
+        d = dict(d)
+        opts = dict(d.pop("options", None) or {})
+        for old in ("window", "refresh_every"):
+            if old in d:
+                opts[old] = d.pop(old)
+        if "refresh_check" in d:
+            d["block"] = d.pop("refresh_check")
+        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"scenario: unknown field(s) {sorted(unknown)}")
+        return cls(**d, options=tuple(sorted(opts.items())))
 
 
 @dataclass(frozen=True)
@@ -67,29 +88,32 @@ class Scenario:
     cfg: ServerConfig
     hw: hardware.RooflineParams
     deployment: hardware.Deployment
-    prior: np.ndarray
+    history: np.ndarray      # realised output lengths (<= max_len) before the slice
     prediction_source: str
     summary: dict
     fingerprint: str
     clipped_outputs: int
 
-    def options(self, kind: str, record: bool = False) -> SimOptions:
+    def options(self, system: str, record: bool = False) -> SimOptions:
         s = self.spec
-        return SimOptions(kind, window=s.window, refresh_every=s.refresh_every,
-                          refresh_check=s.refresh_check, record=record)
+        return make_options(system, block=s.block, record=record, **dict(s.options))
+
+    def inputs(self, system: str) -> Inputs:
+        """The simulator inputs of ``system`` (its family's own inputs included)."""
+        return make_inputs(self.workload, self.cfg, self.options(system), self.history)
 
 
 def _predictions(trace: Trace, out, spec: ScenarioSpec, sl: slice):
-    from tuner.error_model import load_default_error_model
+    from tuner.workloads.error_model import load_default_error_model
 
     if trace.prompt_text is not None:
-        from tuner import predictor as pr
+        from tuner.workloads import predictor as pr
 
         path = Path(spec.predictor) if spec.predictor else PREDICTOR_CACHE
         if path.exists():
             model = pr.load(path)
         else:  # train once on CASTILLO's validate split and cache the weights
-            from tuner.presets import traces_dir
+            from tuner.workloads.presets import traces_dir
 
             model = pr.train(traces_dir() / "castillo-qwen2.5-7b", seed=0)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -104,8 +128,8 @@ def _predictions(trace: Trace, out, spec: ScenarioSpec, sl: slice):
 
 def build_scenario(spec: ScenarioSpec) -> Scenario:
     """Resolve the trace, slice it, draw predictions and build the simulator inputs."""
-    if spec.n_slots < 16 or spec.admit_window < 1 or spec.max_batch < 1:
-        raise ValueError("n_slots must be >= 16, admit_window and max_batch >= 1")
+    if spec.n_slots < 16 or spec.admit_window < 1 or spec.max_batch < 1 or spec.block < 1:
+        raise ValueError("n_slots must be >= 16, admit_window, max_batch and block >= 1")
     if spec.rate is not None and not spec.rate > 0:
         raise ValueError(f"rate must be > 0 req/s, got {spec.rate}")
     trace = resolve_trace(spec.trace, seed=spec.seed)
@@ -139,16 +163,13 @@ def build_scenario(spec: ScenarioSpec) -> Scenario:
         tpot_slo_s=jnp.float32(spec.tpot_slo_s), token_scale=jnp.float32(32.0),
         kv_bytes_per_token=jnp.float32(dep.kv_bytes_per_token_per_device),
         n_slots=spec.n_slots, admit_window=spec.admit_window, max_len=max_len)
-    history = np.minimum(trace.output_tokens[max(0, spec.offset - spec.window):spec.offset],
-                         max_len)
-    prior = (np.resize(history, spec.window).astype(np.int32) if len(history)
-             else prior_from_predictions(wl, spec.window, max_len))
+    history = np.minimum(trace.output_tokens[:spec.offset], max_len).astype(np.int32)
     stats = summary(sliced)
     digest = hashlib.sha256()
     for a in (arr, prompt, out, pred, u):
         digest.update(np.ascontiguousarray(np.asarray(a, np.float64)).tobytes())
     digest.update(json.dumps(spec.to_dict(), sort_keys=True).encode())
     return Scenario(spec=spec, workload=wl, cfg=cfg, hw=hardware.roofline_params(dep),
-                    deployment=dep, prior=prior, prediction_source=source, summary=stats,
+                    deployment=dep, history=history, prediction_source=source, summary=stats,
                     fingerprint=digest.hexdigest()[:16],
                     clipped_outputs=int(np.sum(trace.output_tokens[sl] > max_len)))

@@ -2,23 +2,20 @@
 
 The optimiser works on ``theta`` (a dict of float32 arrays, any real values);
 ``to_params`` maps it to physical parameters that always satisfy the system's domains
-(ordered quantile levels in (0, 1), intervals, positive sizes); ``to_theta`` inverts it.
+(ordered quantile levels in (0, 1), intervals, positive sizes) by the transforms of the
+domain table ``models.domains``; ``to_theta`` inverts it.
 Fixed (non-tunable) parameters pass through unchanged.
 """
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
+from models.domains import get_domain
 from models.registry import SystemSpec
 
 __all__ = ["Space"]
-
-
-def _logit(x):
-    return jnp.log(x) - jnp.log1p(-x)
 
 
 class Space:
@@ -48,39 +45,19 @@ class Space:
     def names(self) -> list[str]:
         return list(self.params)
 
+    @staticmethod
+    def _domain(p):
+        dom = get_domain(p.domain)
+        if dom.fwd is None:
+            raise ValueError(f"parameter {p.name!r}: domain {p.domain!r} cannot be tuned "
+                             "by gradient")
+        return dom
+
     def _fwd(self, p, z):
-        d = p.domain
-        if d == "ordered_unit":  # increments of a softmax over K+1 logits
-            inc = jax.nn.softmax(jnp.concatenate([z, jnp.zeros(1, z.dtype)]))
-            return jnp.cumsum(inc)[:-1]
-        if d == "ordered_positive":
-            return jnp.cumsum(jax.nn.softplus(z))
-        if d == "unit":
-            return jax.nn.sigmoid(z)
-        if d == "interval":
-            return p.lower + (p.upper - p.lower) * jax.nn.sigmoid(z)
-        if d == "positive":
-            return jax.nn.softplus(z)
-        raise ValueError(f"parameter {p.name!r}: domain {d!r} cannot be tuned by gradient")
+        return self._domain(p).fwd(z, p)
 
     def _inv(self, p, x):
-        d = p.domain
-        x = jnp.asarray(x, jnp.float32)
-        if d == "ordered_unit":
-            inc = jnp.diff(jnp.concatenate([jnp.zeros(1), x, jnp.ones(1)]))
-            logits = jnp.log(inc)
-            return logits[:-1] - logits[-1]
-        if d == "ordered_positive":
-            inc = jnp.diff(jnp.concatenate([jnp.zeros(1), x]))
-            return jnp.log(jnp.expm1(inc))
-        if d == "unit":
-            return _logit(x)
-        if d == "interval":
-            frac = jnp.clip((x - p.lower) / (p.upper - p.lower), 1e-4, 1 - 1e-4)
-            return _logit(frac)
-        if d == "positive":
-            return jnp.log(jnp.expm1(x))
-        raise ValueError(f"parameter {p.name!r}: domain {d!r} cannot be tuned by gradient")
+        return self._domain(p).inv(jnp.asarray(x, jnp.float32), p)
 
     def to_params(self, theta: dict, base: dict | None = None) -> dict:
         """Physical parameters: tuned ones from ``theta``, the rest from ``base``."""

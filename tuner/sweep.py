@@ -98,25 +98,19 @@ def grid_points(system: str, grid: dict[str, list], max_len: int) -> list[dict]:
 
 
 def random_points(system: str, n: int, seed: int, max_len: int) -> list[dict]:
-    """``n`` parameter sets drawn uniformly from each tunable parameter's domain."""
+    """``n`` parameter sets drawn from each tunable parameter's domain (its sampler in
+    ``models.domains``)."""
     from models import get_system
+    from models.domains import get_domain
     if n < 1:
         raise ValueError(f"--random {n}: need at least one point")
     spec = get_system(system)
     defaults = spec.default_params(max_len)
     rng = np.random.default_rng(seed)
-    box = {"ordered_unit": (0.05, 0.999), "unit": (0.001, 0.999),
-           "ordered_positive": (1.0, max_len)}
     sets = [{} for _ in range(n)]
     for p in sets:
         for ps in spec.tunable():
-            v0, d = defaults[ps.name], ps.domain
-            if d in ("positive", "integer"):  # within a factor of two of the default
-                v = v0 * np.exp(rng.uniform(-math.log(2), math.log(2), v0.shape))
-                v = np.maximum(np.round(v), 1) if d == "integer" else v
-            else:
-                v = rng.uniform(*box.get(d, (ps.lower, ps.upper)), v0.shape)
-            p[ps.name] = np.sort(v) if d.startswith("ordered") else v
+            p[ps.name] = get_domain(ps.domain).sample(rng, ps, defaults[ps.name], max_len)
     return _validated(spec, sets, max_len)
 
 
@@ -133,22 +127,24 @@ def build_scenarios(base, hardware: list[str], traces: list[str]) -> list:
 
 
 def default_steps(sc, system: str) -> int:
-    """1.25 x the default policy's exact iterations, rounded up to refresh_check."""
+    """1.25 x the default policy's exact iterations, rounded up to whole blocks."""
     from tuner.evaluate import evaluate
-    it, rc = evaluate(sc, system)["iterations"] + 1, sc.spec.refresh_check
+    it, rc = evaluate(sc, system, objective="tps")["iterations"] + 1, sc.spec.block
     return int(math.ceil(1.25 * it / rc) * rc)
 
 
 @partial(jax.jit, static_argnames=("opts", "n_steps", "objective"))
-def _evaluate(params, cfg, hw, wl, prior, t, *, opts, n_steps, objective):
+def _evaluate(params, hw, inputs, t, *, opts, n_steps, objective):
     from models import metrics, simulate
+    from models.simulate import note_trace
+    note_trace("sweep", opts, params, hw, inputs, t)
 
-    def one(p, c, h, w, pr):
-        state, _ = simulate(w, c, h, p, t, opts, n_steps, pr)
-        m = metrics(state, w, c)
+    def one(p, h, x):
+        state, _ = simulate(x, h, p, t, opts, n_steps)
+        m = metrics(state, x, opts)
         return {**m, "objective": objective(m)}
 
-    return jax.vmap(one)(params, cfg, hw, wl, prior)
+    return jax.vmap(one)(params, hw, inputs)
 
 
 def _stack(trees, dtype=None):
@@ -167,9 +163,10 @@ def run_sweep(scenarios: list, system: str, param_sets: list[dict], *, n_steps: 
     """Rows of metrics per (parameter set, scenario) point, parameter-major; chunks of
     ``batch`` points (a multiple of the device count) are sharded over ``devices``."""
     from models import get_system
-    from tuner.gradcheck import stack_workloads
     from tuner.objectives import parse_objective
+    from tuner.problem import stack_inputs
     spec, obj, n_sc = get_system(system), parse_objective(objective), len(scenarios)
+    obj.check_metrics(system)
     if not scenarios or not param_sets or n_steps < 1 or batch < 1:
         raise ValueError("a sweep needs scenarios, parameter sets, n_steps, batch >= 1")
     opts = scenarios[0].options(system)
@@ -177,10 +174,8 @@ def run_sweep(scenarios: list, system: str, param_sets: list[dict], *, n_steps: 
     if len(static) > 1 or any(s.options(system) != opts for s in scenarios):
         raise ValueError(f"scenarios differ in static settings {sorted(static)}")
     sets = _validated(spec, param_sets, scenarios[0].cfg.max_len)
-    wl, prior = stack_workloads(scenarios)
-    per_sc = (_stack([s.cfg for s in scenarios]),
-              _stack([s.hw for s in scenarios], np.float32),
-              jax.tree.map(np.asarray, wl), np.asarray(prior))
+    per_sc = (_stack([s.hw for s in scenarios], np.float32),
+              jax.tree.map(np.asarray, stack_inputs(scenarios, system)))
     params, n_points = _stack(sets, np.float32), len(sets) * n_sc
     devices = list(devices if devices is not None else jax.devices())
     mesh = Mesh(np.array(devices), ("sweep",))
@@ -224,7 +219,8 @@ def _args(argv):
     ap = argparse.ArgumentParser(prog="python -m tuner.sweep", description=__doc__,
                                  parents=[_HOSTS],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--system", required=True, help="static | paged | s3 | odma")
+    ap.add_argument("--system", required=True, help="a registered system (python -m "
+                    "tuner.evaluate --help lists them)")
     ap.add_argument("--grid", action="append", default=[], help="k=v1,v2 (or a,b;c,d)")
     ap.add_argument("--random", type=int, default=None, help="N random parameter sets")
     ap.add_argument("--mode", choices=("exact", "relaxed"), default="exact")
@@ -255,7 +251,7 @@ def _plan(args):
     d = ScenarioSpec()
     hw, traces = (args.hardware or d.hardware), (args.trace or d.trace)
     scs = build_scenarios(spec_from_args(args, d), hw.split(","), traces.split(","))
-    max_len, rc = scs[0].cfg.max_len, scs[0].spec.refresh_check
+    max_len, rc = scs[0].cfg.max_len, scs[0].spec.block
     sets = (random_points(args.system, args.random, args.seed or 0, max_len)
             if args.random is not None else grid_points(args.system, grid, max_len))
     steps = (-(-args.steps // rc) * rc if args.steps is not None

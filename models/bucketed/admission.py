@@ -13,12 +13,10 @@ import jax
 import jax.numpy as jnp
 
 from models import relax
-from models.bucketed_memory import Overflow, Resume, reserve
-from models.bucketed_state import PREEMPTING
+from models.bucketed.memory import Overflow, Resume
+from models.bucketed.state import BucketAcc, BucketSlots
 from models.server import (
-    Acc,
     ServerConfig,
-    Slots,
     prefix_gate,
     prefix_sum,
     slot_targets,
@@ -36,11 +34,11 @@ class Admission(NamedTuple):
     ok_idx: jax.Array     # [A] bool candidate is a valid request
     c_arrival: jax.Array  # [A] float32 candidates' arrival times
     need: jax.Array       # [A] float32 candidates' KV reservations (prompt + r)
-    in_large: jax.Array   # [A] bool candidate goes to the large pool (odma)
+    in_large: jax.Array   # [A] bool candidate goes to the large pool
 
 
-def admit(sl: Slots, head, acc: Acc, bounds, rs: Resume, n_free, pools, clock,
-          wl: Workload, params, t, cfg: ServerConfig, kind):
+def admit(sl: BucketSlots, head, acc: BucketAcc, bounds, rs: Resume, n_free, pools,
+          clock, wl: Workload, params, t, cfg: ServerConfig, pol):
     """Step 3b: FCFS admission of new requests into free slots.
 
     Candidates are admitted in order while they have arrived, a slot and a batch place
@@ -56,18 +54,18 @@ def admit(sl: Slots, head, acc: Acc, bounds, rs: Resume, n_free, pools, clock,
     c_arrival, c_output = wl.arrival_s[cc], wl.output_tokens[cc]
     ok_idx = (cand < n) & wl.valid[cc]
     c_prompt = wl.prompt_tokens[cc]
-    r, large_soft = reserve(kind, params, bounds, c_prompt.astype(jnp.float32),
-                            wl.pred_tokens[cc], wl.pred_u[cc], t, cfg)
-    in_large = relax.hard(large_soft) if kind == "odma" else jnp.zeros(a, bool)
+    r, large_soft = pol.reserve(params, bounds, c_prompt.astype(jnp.float32),
+                                wl.pred_tokens[cc], wl.pred_u[cc], t, cfg)
+    in_large = relax.hard(large_soft) if pol.large_pool else jnp.zeros(a, bool)
     need = c_prompt + r
-    # one stacked prefix sum: normal-pool needs, large-pool needs (odma), prompts
+    # one stacked prefix sum: normal-pool needs, prompts, large-pool needs (if any)
     m_n, m_l = ok_idx & ~in_large, ok_idx & in_large
     rows = [jnp.where(m_n, need, 0.0), c_prompt.astype(jnp.float32)]
-    if kind == "odma":
+    if pol.large_pool:
         rows.append(jnp.where(m_l, need, 0.0))
     cum = prefix_sum(jnp.stack(rows))
     gate = prefix_gate(cum[0], size_n, rs.used_n, m_n, t, scale)
-    if kind == "odma":
+    if pol.large_pool:
         gate_l = prefix_gate(cum[2], size_l, rs.used_l, m_l, t, scale)
         gate = jnp.where(in_large, gate_l, gate)
     rank = jnp.arange(a)
@@ -99,7 +97,7 @@ def admit(sl: Slots, head, acc: Acc, bounds, rs: Resume, n_free, pools, clock,
     t_admit = jnp.where(take, clock, sl.t_admit)
     status = jnp.where(take, 1, sl.status)
     head = head + n_adm
-    if kind in ("s3", "odma"):  # bucket overflows, counted (softly) at admission
+    if pol.counts_overflows:  # bucket overflows, counted (softly) at admission
         ovf = relax.soft_gt(c_output.astype(jnp.float32), r, t, scale,
                             margin=0.25) * (1.0 - large_soft)
         acc = acc.replace(
@@ -113,8 +111,8 @@ def admit(sl: Slots, head, acc: Acc, bounds, rs: Resume, n_free, pools, clock,
                                     c_arrival=c_arrival, need=need, in_large=in_large)
 
 
-def drop_unservable(sl: Slots, head, acc: Acc, ov: Overflow, rs: Resume, ad: Admission,
-                    pools, slot, clock, cfg: ServerConfig, kind):
+def drop_unservable(sl: BucketSlots, head, acc: BucketAcc, ov: Overflow, rs: Resume,
+                    ad: Admission, pools, slot, clock, cfg: ServerConfig, pol):
     """Drop rule: nothing can run and the first waiting item can never fit its pool.
 
     The first waiting preempted slot is freed, or else (no slot waits) the head request
@@ -123,10 +121,10 @@ def drop_unservable(sl: Slots, head, acc: Acc, ov: Overflow, rs: Resume, ad: Adm
     size_n, size_l = pools
     status = sl.status
     idle = rs.n_run + ad.n_adm == 0
-    if kind in PREEMPTING:
+    if pol.preempts:
         waiting = (status == 2) & ~ov.preempt
         first_w = jnp.min(jnp.where(waiting, slot, cfg.n_slots))
-        pool_w = size_l if kind == "odma" else size_n
+        pool_w = size_l if pol.large_pool else size_n
         drop_w = (idle & (first_w < cfg.n_slots)
                   & (rs.need_p[jnp.minimum(first_w, cfg.n_slots - 1)] > pool_w))
         status = jnp.where(drop_w & (slot == first_w), 0, status)

@@ -2,7 +2,7 @@
 length classes, trained (optax adamw) by cross-entropy against each prompt's SOFT label
 (the class histogram of its sampled lengths). ``L_hat`` = the quantile of the predictive
 length mixture that minimised MAE on held-out training prompts; ``u`` = class entropy /
-log K in [0, 1]. CLI: ``python -m tuner.predictor {train,evaluate} -h``."""
+log K in [0, 1]. CLI: ``python -m tuner.workloads.predictor {train,evaluate} -h``."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ import numpy as np
 import optax
 from flax import serialization
 
-from tuner import error_model as em
-from tuner import features as ft
-from tuner.features import DataError, FeatureConfig, featurize, load_castillo
+from tuner.atomic import write_bytes_atomic
+from tuner.workloads import error_model as em
+from tuner.workloads.features import DataError, FeatureConfig, featurize, load_castillo
 
 __all__ = ["EDGES", "LengthMLP", "ModelFileError", "Predictor", "TrainConfig",
            "evaluate", "load", "main", "train"]
@@ -135,7 +135,7 @@ class Predictor:
                 ("edges", "hidden", "quantile", "train_median", "info")}
         meta.update(feature_config=self.feature_config.to_dict(),
                     class_quantiles=self.class_quantiles.tolist())
-        ft.atomic_write(path, serialization.msgpack_serialize({
+        write_bytes_atomic(path, serialization.msgpack_serialize({
             "format": FORMAT, "version": VERSION, "metadata": json.dumps(meta),
             "params": serialization.to_state_dict(self.params)}))
 
@@ -216,7 +216,7 @@ def _summary(r: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tuner.predictor")
+    ap = argparse.ArgumentParser(prog="python -m tuner.workloads.predictor")
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train", help="train on DIR/*-validate.jsonl, write FILE")
     e = sub.add_parser("evaluate", help="score FILE on DIR/*-test.jsonl")

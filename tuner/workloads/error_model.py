@@ -6,8 +6,8 @@ by the class of the true length L, and resamples them per request. Keeping the p
 together keeps both regression to the mean (short requests over-predicted, long ones
 under-predicted) and the way u tracks the size of the error.
 
-``tuner/data/error_model.json`` is derived from the data and a trained predictor:
-``python -m tuner.error_model fit --data DIR --out tuner/data/error_model.json``.
+``tuner/workloads/data/error_model.json`` is derived from the data and a trained predictor:
+``python -m tuner.workloads.error_model fit --data DIR --out tuner/workloads/data/error_model.json``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tuner.features import DataError, atomic_write, load_castillo, tokenize
+from tuner.atomic import write_text_atomic
+from tuner.workloads.features import DataError, load_castillo, tokenize
 
 __all__ = [
     "DEFAULT_PATH", "ErrorModel", "class_quantile_table", "fit_error_model",
@@ -218,9 +219,9 @@ def predict_lengths(trace_like, output_tokens, *, seed: int, predictor=None,
 
 def main(argv=None) -> int:
     """``fit --data DIR --out FILE [--model FILE] [--seed S]``: write the JSON."""
-    from tuner import predictor as pr
+    from tuner.workloads import predictor as pr
 
-    ap = argparse.ArgumentParser(prog="python -m tuner.error_model")
+    ap = argparse.ArgumentParser(prog="python -m tuner.workloads.error_model")
     sub = ap.add_subparsers(dest="cmd", required=True)
     f = sub.add_parser("fit")
     f.add_argument("--data", required=True)
@@ -232,7 +233,7 @@ def main(argv=None) -> int:
         model = (pr.load(args.model) if args.model
                  else pr.train(args.data, seed=args.seed))
         text = fit_error_model(model, args.data, seed=args.seed).to_json()
-        atomic_write(args.out, text.encode("utf-8"))
+        write_text_atomic(args.out, text)
     except (DataError, pr.ModelFileError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,4 +1,4 @@
-"""Summarise a trace file or preset: ``python -m tuner.trace PATH_OR_PRESET [--json]``.
+"""Summarise a trace file or preset: ``python -m tuner.workloads.trace PATH_OR_PRESET [--json]``.
 
 Prints request count, span, inter-arrival CV and token-length statistics; ``--json``
 prints them as one JSON object. A bad trace prints one ``error: ...`` line on stderr
@@ -11,14 +11,14 @@ import argparse
 import json
 import sys
 
-from tuner.presets import PRESETS, resolve_trace
-from tuner.traces import summary
+from tuner.workloads.presets import PRESETS, resolve_trace
+from tuner.workloads.traces import summary
 
 __all__ = ["format_summary", "main"]
 
 
 def format_summary(stats: dict) -> str:
-    """The human-readable form of :func:`tuner.traces.summary`'s dict."""
+    """The human-readable form of :func:`tuner.workloads.traces.summary`'s dict."""
     def opt(value, fmt, unit=""):
         return "n/a (no arrival times)" if value is None else format(value, fmt) + unit
 
@@ -40,7 +40,7 @@ def format_summary(stats: dict) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m tuner.trace", description="Summarise a request trace.",
+        prog="python -m tuner.workloads.trace", description="Summarise a request trace.",
         epilog="presets: " + ", ".join(f"{k} ({v[2]})" for k, v in PRESETS.items()))
     parser.add_argument("trace", help="trace file, CASTILLO directory or glob, "
                         "or a preset name")

@@ -234,14 +234,14 @@ def summary(trace: Trace) -> dict:
 def to_workload(trace: Trace, *, arrival_s=None, pred_tokens=None, pred_u=None,
                 max_output: int | None = None, pad_to: int | None = None):
     """The simulators' ``models.workload.Workload``. ``arrival_s`` overrides the
-    trace's arrival times (needed when it has none: see :mod:`tuner.arrivals`);
+    trace's arrival times (needed when it has none: see :mod:`tuner.workloads.arrivals`);
     ``max_output`` clips output lengths (e.g. to the model's context limit)."""
     from models.workload import make_workload  # imports jax: keep the CLI fast
 
     arrival = trace.arrival_s if arrival_s is None else arrival_s
     if arrival is None:
         raise ValueError(f"trace {trace.source} has no arrival times: pass arrival_s "
-                         "(e.g. tuner.arrivals.gamma(len(trace), rate, cv, seed))")
+                         "(e.g. tuner.workloads.arrivals.gamma(len(trace), rate, cv, seed))")
     if max_output is not None and max_output < 1:
         raise ValueError(f"max_output must be >= 1, got {max_output}")
     output = np.minimum(trace.output_tokens, max_output or trace.output_tokens.max())

@@ -8,9 +8,9 @@ category tags); realised output lengths are never an input. The layout of one ro
 Hashing uses ``zlib.crc32`` (stable across processes, unlike ``hash()``). The hashed
 block holds ``log1p(count)`` per bucket, L2-normalised per prompt.
 
-The validated CASTILLO JSONL reader (and an atomic file writer) live here too, shared
-by the predictor, the error model and the tests; the reader returns realised outputs
-apart from the fields :func:`featurize` consumes.
+The validated CASTILLO JSONL reader lives here too, shared by the predictor, the error
+model and the tests; it returns realised outputs apart from the fields
+:func:`featurize` consumes.
 """
 
 from __future__ import annotations
@@ -24,15 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tuner.atomic import write_bytes_atomic
-
 __all__ = [
     "CATEGORY_VOCAB",
     "DATASET_VOCAB",
     "DataError",
     "FeatureConfig",
     "PromptRecords",
-    "atomic_write",
     "featurize",
     "load_castillo",
     "tokenize",
@@ -160,11 +157,6 @@ class PromptRecords:
     @property
     def n_prompts(self) -> int:
         return len(self.prompt_texts)
-
-
-def atomic_write(path, data: bytes) -> None:
-    """Write bytes via a temporary file in the same folder and os.replace."""
-    write_bytes_atomic(path, data)
 
 
 def _field(rec: dict, name: str, where: str):

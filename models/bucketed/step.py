@@ -1,60 +1,26 @@
-"""Bucketed KV allocation: static pre-allocation, paged KV, S3 buckets and ODMA.
+"""One iteration of the bucketed server: static pre-allocation, paged KV, S3 buckets, ODMA.
 
-One pure ``step`` implements ``docs/server-semantics.md`` for the four systems; ``kind``
-(static) selects the reservation and overflow rules, the temperature (traced) selects
-exact (0) or relaxed (> 0) decisions. Policy parameters are a dict of float32 leaves:
-
-- ``static``: none.
-- ``paged``: ``block_size`` (tokens).
-- ``s3``: ``bounds`` [B-1] (tokens, increasing).
-- ``odma``: ``levels`` [B-1] quantile levels p_j, ``gamma`` (inflation), ``tau``
-  (routing threshold on u), ``large_share`` (share of KV capacity in the large pool).
-
-This module is the entry point: ``step`` runs the phases of one iteration in order, and
-``absorb`` / ``refresh`` do the per-block work. The state lives in
-``models.bucketed_state``, the reservation rules with steps 2 and 3a in
-``models.bucketed_memory``, and step 3b with the drop rule in
-``models.bucketed_admission``.
+``step`` implements ``docs/server-semantics.md`` (steps 1-6) for every bucketed system;
+the system's :class:`~models.bucketed.policies.BucketPolicy` (static: pure functions and
+flags, looked up once at trace time) supplies the reservation, overflow and resume
+rules, the temperature (traced) selects exact (0) or relaxed (> 0) decisions. The state
+lives in ``models.bucketed.state``, the reservation rules with steps 2 and 3a in
+``models.bucketed.memory``, step 3b with the drop rule in ``models.bucketed.admission``.
 """
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from hardware import iteration_time
 from models import relax
-from models.bucketed_admission import Admission, admit, drop_unservable
-from models.bucketed_memory import (
-    Overflow,
-    Resume,
-    overflow,
-    pool_sizes,
-    reserve,
-    resume,
-)
-from models.bucketed_state import (
-    KINDS,
-    PREEMPTING,
-    PROB_SCALE,
-    Finished,
-    Record,
-    SimState,
-    Window,
-)
-from models.server import (
-    Acc,
-    ServerConfig,
-    Slots,
-    fifo_entries,
-    hist_add,
-    pack_bits,
-    prefix_sum,
-)
+from models.bucketed.admission import Admission, admit, drop_unservable
+from models.bucketed.memory import Overflow, Resume, overflow, pool_sizes, resume
+from models.bucketed.state import BucketAcc, BucketRecord, BucketSlots, SimState
+from models.server import Finished, ServerConfig, pack_bits
 from models.workload import Workload
 
-__all__ = ["KINDS", "Window", "Record", "Finished", "SimState", "reserve", "step", "absorb",
-           "refresh", "PREEMPTING"]
+__all__ = ["step"]
 
 
 def _idle_jump(st: SimState, wl: Workload, cfg: ServerConfig):
@@ -69,8 +35,8 @@ def _idle_jump(st: SimState, wl: Workload, cfg: ServerConfig):
     return jnp.where(jump, head_arr, st.clock), n_free, n_wait
 
 
-def _advance(sl: Slots, acc: Acc, ov: Overflow, rs: Resume, ad: Admission, pools, clock,
-             hw, params, cfg: ServerConfig, kind):
+def _advance(sl: BucketSlots, acc: BucketAcc, ov: Overflow, rs: Resume, ad: Admission,
+             pools, clock, hw, params, cfg: ServerConfig, pol):
     """Steps 4-5: the iteration's prefill and decode work moves the clock; every slot
     that ran generates a token. Returns the slot table, clock, accumulators and the
     tokens held per slot (``now``)."""
@@ -81,7 +47,7 @@ def _advance(sl: Slots, acc: Acc, ov: Overflow, rs: Resume, ad: Admission, pools
                + jnp.sum(jnp.where(rs.resumed, weight * ov.ctx, 0.0)))
     dec_seqs = jnp.sum(dec_w)
     dec_ctx = jnp.sum(dec_w * ov.ctx)
-    chunk = params["block_size"] if kind == "paged" else jnp.float32(cfg.max_len)
+    chunk = pol.chunk(params, cfg)
     busy = ad.n_adm + rs.n_res + rs.n_dec > 0
     dt = jnp.where(busy, iteration_time(hw, prefill, dec_seqs, dec_ctx, chunk,
                                         ov.copy_bytes), 0.0)
@@ -99,8 +65,8 @@ def _advance(sl: Slots, acc: Acc, ov: Overflow, rs: Resume, ad: Admission, pools
     return sl.replace(gen=gen, t_first=t_first), clock, acc, now
 
 
-def _complete(sl: Slots, acc: Acc, rec: Record | None, take, clock, it, n, t,
-              cfg: ServerConfig):
+def _complete(sl: BucketSlots, acc: BucketAcc, rec: BucketRecord | None, take, clock, it,
+              n, t, cfg: ServerConfig):
     """Step 6: slots that generated their whole output finish and free their slot; their
     outcomes enter the accumulators, the ``Record`` (if kept) and ``Finished``."""
     status, output, weight, t_first = sl.status, sl.output, sl.weight, sl.t_first
@@ -129,7 +95,7 @@ def _complete(sl: Slots, acc: Acc, rec: Record | None, take, clock, it, n, t,
         first_adm = take & (rec.admit_iter[jnp.minimum(sl_req, n - 1)] < 0)
         aidx = jnp.where(first_adm, sl_req, n)
         didx = jnp.where(done, sl_req, n)
-        rec = Record(
+        rec = BucketRecord(
             admit_iter=rec.admit_iter.at[aidx].set(it, mode="drop"),
             finish_iter=rec.finish_iter.at[didx].set(it, mode="drop"),
             first_s=rec.first_s.at[ridx].set(clock, mode="drop"),
@@ -143,78 +109,22 @@ def _complete(sl: Slots, acc: Acc, rec: Record | None, take, clock, it, n, t,
     return sl, acc, fin, rec
 
 
-def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, kind):
+def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, pol):
     """One continuous-batching iteration (docs/server-semantics.md, steps 1-6)."""
-    pools = pool_sizes(cfg, params, kind)  # (normal, large) pool sizes in tokens
+    pools = pool_sizes(cfg, params, pol)  # (normal, large) pool sizes in tokens
     slot = jnp.arange(cfg.n_slots, dtype=jnp.int32)
     clock, n_free, n_wait = _idle_jump(st, wl, cfg)  # 1
-    sl, acc, ov = overflow(st.slots, st.acc, pools, params, t, cfg, kind)  # 2
-    sl, rs = resume(sl, ov, n_free, n_wait, pools, slot, params, t, cfg, kind)  # 3a
+    sl, acc, ov = overflow(st.slots, st.acc, pools, params, t, cfg, pol)  # 2
+    sl, rs = resume(sl, ov, n_free, n_wait, pools, slot, params, t, cfg, pol)  # 3a
     sl, head, acc, ad = admit(  # 3b
         sl, st.head, acc, st.win.bounds, rs, n_free, pools, clock, wl, params, t, cfg,
-        kind)
+        pol)
     sl, head, acc = drop_unservable(  # the drop rule
-        sl, head, acc, ov, rs, ad, pools, slot, clock, cfg, kind)
+        sl, head, acc, ov, rs, ad, pools, slot, clock, cfg, pol)
     sl, clock, acc, now = _advance(  # 4-5
-        sl, acc, ov, rs, ad, pools, clock, hw, params, cfg, kind)
+        sl, acc, ov, rs, ad, pools, clock, hw, params, cfg, pol)
     sl, acc, fin, rec = _complete(  # 6
         sl, acc, st.rec, ad.take, clock, st.it, wl.size, t, cfg)
     new = SimState(slots=sl, head=head, clock=clock, it=st.it + 1, win=st.win, acc=acc,
                    rec=rec)
     return new, (jnp.sum(now), fin)
-
-
-def absorb(st: SimState, fin: Finished, kind, chunk: int = 64, latency: bool = True
-           ) -> SimState:
-    """Enter a block's completions ``fin`` ([R, S]) into the latency histograms (unless
-    ``latency`` is False) and, for ``odma``, the window ring (steps 6-7), in FIFO order
-    (iteration, then slot).
-
-    Completions are taken ``chunk`` at a time, so the histogram and ring work follows the
-    number of completions, not ``R * S``.
-    """
-    if not latency and kind != "odma":
-        return st
-    m = jnp.sum(jax.lax.population_count(fin.bits).astype(jnp.int32))
-    n_slots = fin.length.shape[-1]
-    win, acc = st.win, st.acc
-    if kind == "odma":
-        chunk = min(chunk, win.ring.shape[0])  # ring positions within a chunk stay distinct
-    j = jnp.arange(chunk, dtype=jnp.int32)
-
-    def body(c):
-        c0, ring, whist, ptr, th, ph = c
-        r, s = fifo_entries(fin.bits, c0 + j)
-        s = jnp.minimum(s, n_slots - 1)
-        ok = c0 + j < m
-        ones = jnp.where(ok, 1.0, 0.0)
-        ttft, tpot = jax.lax.stop_gradient((fin.ttft[r, s], fin.tpot[r, s]))
-        if latency:
-            th, ph = hist_add(th, ttft, ones), hist_add(ph, tpot, ones)
-        if kind == "odma":
-            w = ring.shape[0]
-            lengths = jnp.where(ok, fin.length[r, s], 0)
-            rpos = jnp.where(ok, (ptr + j) % w, w)
-            old = ring[jnp.minimum(rpos, w - 1)]
-            whist = whist.at[jnp.where(ok, old, 0)].add(-ones).at[lengths].add(ones)
-            ring = ring.at[rpos].set(lengths, mode="drop")
-            ptr = (ptr + jnp.sum(ok)) % w
-        return c0 + chunk, ring, whist, ptr, th, ph
-
-    # the first chunk outside the loop: XLA runs a loop body markedly slower, and the
-    # loop (more than ``chunk`` completions in a block) is rare
-    c = body((jnp.zeros((), jnp.int32), win.ring, win.hist, win.ptr, acc.ttft_hist,
-              acc.tpot_hist))
-    c = jax.lax.while_loop(lambda c: c[0] < m, body, c)
-    if kind == "odma":
-        win = win.replace(ring=c[1], hist=c[2], ptr=c[3], since=win.since + m)
-    return st.replace(win=win, acc=acc.replace(ttft_hist=c[4], tpot_hist=c[5]))
-
-
-def refresh(win: Window, params, t, refresh_every):
-    """Recompute bounds as window quantiles if enough completions arrived (step 7)."""
-    cdf = prefix_sum(win.hist) / jnp.sum(win.hist)
-    fresh = relax.quantile_from_cdf(cdf, params["levels"], t * PROB_SCALE)
-    due = win.since >= refresh_every
-    return win.replace(bounds=jnp.where(due, fresh, win.bounds),
-                       since=jnp.where(due, 0, win.since))

@@ -1,9 +1,5 @@
-"""The memory systems this package simulates, registered by name.
-
-Bucketed family (``models.bucketed``): ``static``, ``paged``, ``s3``, ``odma``. The
-elastic (eLLM), priced-eviction (Token-PD) and parameter-dropping (KunServe) families
-register here the same way when they land.
-"""
+"""The bucketed family's systems, registered by name: ``static``, ``paged``, ``s3``,
+``odma`` (each with its policy in ``models.bucketed.policies``)."""
 
 from __future__ import annotations
 
@@ -22,7 +18,7 @@ STATIC = register_system(SystemSpec(
     name="static", family="bucketed",
     doc="Worst-case pre-allocation of max_len output tokens per request "
         "(the ODMA papers' Cambricon-vLLM baseline).",
-    params=(), defaults=lambda max_len: {}, baseline="static"))
+    params=(), defaults=lambda max_len, hw=None: {}, baselines=("static",)))
 
 PAGED = register_system(SystemSpec(
     name="paged", family="bucketed",
@@ -30,7 +26,7 @@ PAGED = register_system(SystemSpec(
         "block reads pay the device's random-access penalty; preemption by recompute.",
     params=(ParamSpec("block_size", "integer", "tokens",
                       "KV block size (vLLM default 16)", tunable=False),),
-    defaults=lambda max_len: {"block_size": 16.0}, baseline="static",
+    defaults=lambda max_len, hw=None: {"block_size": 16.0}, baselines=("static",),
     sources=("vLLM default block_size=16 (PagedAttention, SOSP'23)",)))
 
 S3 = register_system(SystemSpec(
@@ -39,8 +35,9 @@ S3 = register_system(SystemSpec(
         "under-predicted request is preempted and re-admitted with max_len.",
     params=(ParamSpec("bounds", "ordered_positive", "tokens",
                       "fixed bucket upper bounds (below max_len)"),),
-    defaults=lambda max_len: {"bounds": np.round(np.arange(1, 10) * max_len / 10.0)},
-    baseline="static",
+    defaults=lambda max_len, hw=None: {
+        "bounds": np.round(np.arange(1, 10) * max_len / 10.0)},
+    baselines=("static",),
     sources=("S3 (Jin et al. 2023) splits the length range into equal-width buckets; "
              "10 buckets assumed here",)))
 
@@ -55,6 +52,7 @@ ODMA = register_system(SystemSpec(
         ParamSpec("large_share", "interval", "share of KV capacity",
                   "large-bucket (safety) pool", 0.0, 0.9),
     ),
-    defaults=lambda max_len: {"levels": [0.5, 0.9, 0.99], "gamma": 0.2, "tau": 0.8,
-                              "large_share": 0.1},
-    baseline="static", sources=(ODMA_SRC,)))
+    defaults=lambda max_len, hw=None: {"levels": [0.5, 0.9, 0.99], "gamma": 0.2,
+                                       "tau": 0.8, "large_share": 0.1},
+    # SPEC.md: static worst-case pre-allocation, S3-style static buckets, paged KV
+    baselines=("static", "s3", "paged"), sources=(ODMA_SRC,)))

@@ -1,7 +1,7 @@
 """Named workloads: the built-in default and presets for the shared real traces.
 
 The default workload is synthetic but fitted to the Azure LLM conversation trace
-(``experiments/make_default_workload.py`` writes ``tuner/data/default_workload.json``):
+(``experiments/make_default_workload.py`` writes ``tuner/workloads/data/default_workload.json``):
 token lengths by inverse-CDF sampling between its 101 stored percentiles, tied together
 by a Gaussian copula with the trace's rank correlation, and Gamma arrivals with its
 mean rate and inter-arrival CV. It needs no trace files.
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tuner.arrivals import gamma
-from tuner.traces import Trace, load_trace
+from tuner.workloads.arrivals import gamma
+from tuner.workloads.traces import Trace, load_trace
 
 __all__ = ["DEFAULT_TABLE", "PRESETS", "SCHEMA_VERSION", "default_trace",
            "list_presets", "load_table", "resolve_trace", "traces_dir"]
@@ -53,7 +53,7 @@ _TABLE_KEYS = {"schema_version", "source", "licence", "generated_by", "input",
 def traces_dir() -> Path:
     """The shared traces directory: ``$KVTUNE_TRACES``, else beside the repo."""
     env = os.environ.get("KVTUNE_TRACES")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     return Path(env) if env else root.parent / "shared" / "traces"
 
 

@@ -1,0 +1,153 @@
+"""What a family of memory systems implements to plug into the driver and the tuner.
+
+A family is one simulator (a sub-package of ``models``) that runs one or more registered
+systems (``models.registry``). The generic driver (``models.simulate``) scans blocks of
+``step`` calls, absorbs each block's completions into the latency histograms, calls the
+family's end-of-block hook and runs exact mode until ``done``; the tuner, sweeps,
+evaluation and export only ever see the :class:`Family` interface, the systems'
+parameter specs and the metrics the family declares.
+
+State contract: a family's state is a frozen pytree (``flax.struct``) with at least
+``acc`` (:class:`models.server.Acc` or a subclass), ``rec`` (a
+:class:`models.server.Record` or subclass, or None), ``clock`` and ``it``; the driver's
+latency absorption and the shared metrics read those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, NamedTuple, Protocol
+
+from flax import struct
+
+__all__ = ["Family", "Inputs", "Metric", "SimOptions", "Sink", "family_of", "get_family",
+           "list_families", "make_inputs", "make_options", "register_family"]
+
+
+@struct.dataclass
+class Inputs:
+    """What a run simulates: the workload, the server config and the family's own
+    inputs (``extra``: e.g. the bucketed family's ODMA window prior; None if none)."""
+
+    wl: Any      # models.Workload
+    cfg: Any     # models.ServerConfig
+    extra: Any = None
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric a family reports: its unit, meaning and whether it is a share in [0, 1]
+    (an objective's tightened ``>=`` bound moves toward 1 for shares)."""
+
+    unit: str
+    doc: str
+    share: bool = False
+
+
+class Sink(NamedTuple):
+    """A family's consumer of the block's completions in FIFO order (iteration, then
+    slot), fused with the driver's latency absorption so both share one pass.
+
+    ``get(state)`` -> carry; ``add(carry, fin, r, s, ok, j)`` -> carry for a chunk of
+    completion positions ``(r, s)`` (``ok`` masks real ones, ``j`` = 0..chunk-1);
+    ``put(state, carry, m)`` -> state after ``m`` completions; ``max_chunk(state)`` an
+    upper bound (static int) on the chunk size.
+    """
+
+    get: Callable
+    add: Callable
+    put: Callable
+    max_chunk: Callable
+
+
+class Family(Protocol):
+    """The protocol (see the module docstring for the state contract)."""
+
+    name: str
+    metrics_spec: Mapping[str, Metric]   # every metric ``metrics`` returns
+
+    def options(self, system: str, **settings) -> Any:
+        """The family's frozen (hashable) static options; unknown settings raise."""
+
+    def extra(self, wl, cfg, opts: "SimOptions", history=None) -> Any:
+        """Host-side family inputs (:attr:`Inputs.extra`, a pytree or None) from the
+        workload, config and ``history``: realised output lengths of the requests that
+        preceded the workload (the deployment's past), or None."""
+
+    def init(self, inputs: Inputs, params, t, opts: "SimOptions") -> Any:
+        """The initial state."""
+
+    def step(self, state, inputs: Inputs, params, *, hw, t, opts: "SimOptions"):
+        """One iteration: ``(state, (used_tokens, server.Finished))``. Pure."""
+
+    def sink(self, opts: "SimOptions") -> Sink | None:
+        """The completion consumer, if the family has one."""
+
+    def end_block(self, state, inputs: Inputs, params, *, t, opts: "SimOptions"):
+        """Per-block work after the completions are absorbed (e.g. a refresh)."""
+
+    def done(self, state, inputs: Inputs):
+        """Every valid request finished or dropped (a traced bool)."""
+
+    def metrics(self, state, inputs: Inputs) -> dict:
+        """Float32 scalars keyed by the names of ``metrics_spec``."""
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """Static options of a run (changing one recompiles): the system, ``block``
+    iterations per scanned block (the end-of-block hook's cadence), whether to keep a
+    per-request ``record``, whether to keep the TTFT/TPOT histograms (``latency_hist=
+    False``: their p50/p99 metrics become NaN, SLO-attainment counters stay) and the
+    family's own frozen options. Build with :func:`make_options`."""
+
+    system: str
+    family: Any = field(default=None)
+    block: int = 16
+    record: bool = False
+    latency_hist: bool = True
+
+
+_FAMILIES: dict[str, Family] = {}
+
+
+def register_family(family: Family) -> Family:
+    missing = [m for m in ("options", "extra", "init", "step", "sink", "end_block",
+                           "done", "metrics", "metrics_spec", "name")
+               if not hasattr(family, m)]
+    if missing:
+        raise TypeError(f"family {getattr(family, 'name', family)!r} lacks {missing}")
+    _FAMILIES[family.name] = family
+    return family
+
+
+def get_family(name: str) -> Family:
+    if name not in _FAMILIES:
+        raise ValueError(f"unknown family {name!r}; known: {', '.join(sorted(_FAMILIES))}")
+    return _FAMILIES[name]
+
+
+def list_families() -> list[str]:
+    return sorted(_FAMILIES)
+
+
+def family_of(system: str) -> Family:
+    from models.registry import get_system
+
+    return get_family(get_system(system).family)
+
+
+def make_options(system: str, *, block: int = 16, record: bool = False,
+                 latency_hist: bool = True, **settings) -> SimOptions:
+    """:class:`SimOptions` for ``system``; ``settings`` go to its family's options
+    (e.g. the bucketed family's ``window`` and ``refresh_every``)."""
+    if int(block) < 1:
+        raise ValueError(f"block must be >= 1 iteration, got {block}")
+    fam = family_of(system)
+    return SimOptions(system=system, family=fam.options(system, **settings),
+                      block=int(block), record=bool(record), latency_hist=bool(latency_hist))
+
+
+def make_inputs(wl, cfg, opts: SimOptions, history=None) -> Inputs:
+    """:class:`Inputs` for a run of ``opts.system`` (host side, before jit)."""
+    return Inputs(wl=wl, cfg=cfg, extra=family_of(opts.system).extra(wl, cfg, opts, history))

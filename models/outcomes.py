@@ -1,0 +1,81 @@
+"""Metrics every family reports, computed from the shared accumulators and record.
+
+A family's ``metrics`` returns :func:`core_metrics` plus its own; its ``metrics_spec``
+declares :data:`CORE_METRICS` plus its own (units and meaning), which is what objectives
+accept.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from models.family import Inputs, Metric
+from models.server import hist_quantile
+
+__all__ = ["CORE_METRICS", "core_metrics"]
+
+CORE_METRICS = {
+    "tps": Metric("tokens/s", "output tokens of finished requests per second of makespan"),
+    "requests_per_s": Metric("requests/s", "finished requests per second of makespan"),
+    "completed": Metric("requests", "requests finished"),
+    "unserved": Metric("requests", "valid requests not finished (dropped or not reached)"),
+    "dropped": Metric("requests", "requests dropped as unservable"),
+    "preemptions": Metric("events", "running requests preempted"),
+    "stalls": Metric("slot-iterations", "slot-iterations without progress"),
+    "peak_kv_tokens": Metric("tokens", "largest KV tokens held in an iteration"),
+    "peak_kv_share": Metric("share of capacity", "peak_kv_tokens / KV capacity",
+                            share=True),
+    "max_pool_use": Metric("share of a pool", "largest used/size over pools, iterations"),
+    "queue_delay_mean_s": Metric("s", "mean admission - arrival of finished requests"),
+    "ttft_slo_attainment": Metric("share of requests", "finished within the TTFT SLO",
+                                  share=True),
+    "tpot_slo_attainment": Metric("share of requests", "finished within the TPOT SLO",
+                                  share=True),
+    "makespan_s": Metric("s", "first arrival to the last iteration's end"),
+    "iterations": Metric("iterations", "iterations with work"),
+    "ttft_p50_s": Metric("s", "median time to first token"),
+    "ttft_p99_s": Metric("s", "99th-percentile time to first token"),
+    "tpot_p50_s": Metric("s", "median time per output token"),
+    "tpot_p99_s": Metric("s", "99th-percentile time per output token"),
+}
+
+
+def core_metrics(state, inputs: Inputs) -> dict:
+    """The :data:`CORE_METRICS` of a finished (or truncated) run, as float32 scalars
+    (differentiable; percentiles from the record when kept, else the histograms)."""
+    wl, cfg, acc = inputs.wl, inputs.cfg, state.acc
+    n_valid = jnp.sum(wl.valid)
+    span = jnp.maximum(state.clock - wl.arrival_s[0], 1e-9)
+    done = jnp.maximum(acc.completed, 1e-9)
+    out = {
+        "tps": acc.tokens / span,
+        "requests_per_s": acc.completed / span,
+        "preemptions": acc.preemptions,
+        "stalls": acc.stalls,
+        "dropped": acc.dropped,
+        "unserved": n_valid - acc.completed,
+        "completed": acc.completed,
+        "peak_kv_tokens": acc.peak_kv,
+        "peak_kv_share": acc.peak_kv / cfg.capacity_tokens,
+        "max_pool_use": acc.max_use,
+        "queue_delay_mean_s": acc.queue_s / done,
+        "ttft_slo_attainment": acc.ttft_ok / jnp.maximum(n_valid, 1),
+        "tpot_slo_attainment": acc.tpot_ok / jnp.maximum(n_valid, 1),
+        "makespan_s": span,
+        "iterations": acc.iters,
+    }
+    if state.rec is not None:
+        rec = state.rec
+        fin = rec.finish_iter >= 0
+        ttft = jnp.where(fin, rec.first_s - wl.arrival_s, jnp.nan)
+        tpot = jnp.where(fin & (wl.output_tokens > 1),
+                         (rec.finish_s - rec.first_s) / jnp.maximum(wl.output_tokens - 1, 1),
+                         jnp.nan)
+        for name, v in (("ttft", ttft), ("tpot", tpot)):
+            out[f"{name}_p50_s"] = jnp.nanpercentile(v, 50.0)
+            out[f"{name}_p99_s"] = jnp.nanpercentile(v, 99.0)
+    else:
+        for name, h in (("ttft", acc.ttft_hist), ("tpot", acc.tpot_hist)):
+            out[f"{name}_p50_s"] = hist_quantile(h, 0.5)
+            out[f"{name}_p99_s"] = hist_quantile(h, 0.99)
+    return out

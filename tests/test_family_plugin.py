@@ -1,0 +1,116 @@
+"""A family is a plug-in: the tiny fixture family (tests/fixture_family.py) runs through
+evaluate, fit, sweep and the policy export without any change to them; each entry point
+compiles once per (system, shapes)."""
+
+import json
+
+import numpy as np
+import pytest
+
+import tests.fixture_family  # noqa: F401  (registers family and system "toy")
+from models import list_systems, metric_specs, trace_guard
+from models.simulate import note_trace
+from tuner import evaluate as ev
+from tuner import fit as fit_cli
+from tuner.evaluate import evaluate
+from tuner.objectives import parse_objective
+from tuner.policy import load_policy
+from tuner.problem import Problem
+from tuner.scenario import ScenarioSpec, build_scenario
+from tuner.space import Space
+from tuner.sweep import main as sweep_main
+from tuner.sweep import run_sweep
+from models import get_system
+
+SMALL = ScenarioSpec(n_requests=80, n_slots=16, max_batch=16)
+
+
+@pytest.fixture(scope="module")
+def sc():
+    return build_scenario(SMALL)
+
+
+def test_fixture_runs_through_evaluate(sc):
+    assert "toy" in list_systems()
+    slow = evaluate(sc, "toy", {"speed": 0.5}, objective="tps")
+    fast = evaluate(sc, "toy", {"speed": 2.0}, objective="tps")
+    assert slow["completed"] + slow["dropped"] == 80
+    assert fast["makespan_s"] < slow["makespan_s"] and fast["tps"] > slow["tps"]
+    # objectives accept what the family declares, and only that
+    assert set(slow) - {"objective"} == set(metric_specs("toy"))
+    with pytest.raises(ValueError, match="does not report.*migration_rate"):
+        evaluate(sc, "toy", objective="tps,migration_rate<=0.01")
+    with pytest.raises(ValueError, match="speed"):
+        evaluate(sc, "toy", {"speed": 3.0}, objective="tps")
+    with pytest.raises(ValueError, match="toy takes no options"):
+        build_scenario(SMALL.replace(options=(("window", 10),))).options("toy")
+
+
+def test_fixture_fits_exports_and_reevaluates(tmp_path, capsys):
+    out = tmp_path / "toy.json"
+    rc = fit_cli.main(["--system", "toy", "--objective", "tps", "--budget", "3",
+                       "--explore", "2", "--n-train", "60", "--n-holdout", "60",
+                       "--slots", "16", "--crn", "1", "--holdout-seeds", "1", "--quiet",
+                       "--out", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    pol = load_policy(out)
+    assert pol["system"] == "toy" and pol["metrics"]["baselines"].keys() == {"toy"}
+    assert pol["metrics"]["tuned"]["objective"] >= pol["metrics"]["default"]["objective"]
+    capsys.readouterr()
+    assert ev.main(["--policy", str(out), "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert m["system"] == "toy" and m["completed"] + m["dropped"] == 60
+
+
+def test_fixture_sweeps(tmp_path):
+    out = tmp_path / "sweep"
+    assert sweep_main(["--system", "toy", "--grid", "speed=0.5,1,2", "--objective", "tps",
+                       "--n-requests", "60", "--slots", "16", "--steps", "64", "--quiet",
+                       "--out", str(out)]) == 0
+    rows = json.loads((out / "sweep.json").read_text())["rows"]
+    tps = [r["metrics"]["tps"] for r in rows]
+    assert len(rows) == 3 and tps[0] < tps[1] < tps[2]
+
+
+@pytest.mark.parametrize("system", ["toy", "odma"])
+def test_one_compile_per_system_and_shapes(system):
+    sc = build_scenario(SMALL.replace(n_requests=72))  # shapes no other test compiles
+    obj = parse_objective("tps")
+    spec = get_system(system)
+    with trace_guard(1) as traces:
+        for _ in range(2):  # equal shapes and settings: the second call reuses the code
+            evaluate(sc, system, objective="tps")
+            prob = Problem([sc], system, Space(spec, spec.default_params(sc.cfg.max_len)),
+                           obj, 64)
+            th = prob.space.to_theta(prob.space.base)
+            prob.value(th)
+            prob.grad(th, 0.1)
+            prob.batch([th, th])
+            run_sweep([sc], system, [{}], n_steps=64, objective="tps")
+    where = {k[0] for k in traces}
+    assert where == {"simulate_until_done", "Problem.value", "Problem.grad",
+                     "Problem.batch", "sweep"}
+    assert max(traces.values()) == 1
+
+
+def test_trace_guard_catches_a_retrace():
+    with trace_guard(1):
+        note_trace("x", "opts", np.zeros(3))
+        with pytest.raises(AssertionError, match="traced 2 times"):
+            note_trace("x", "opts", np.zeros(3))
+
+
+def test_family_options_travel_through_the_scenario(capsys):
+    base = ["--system", "odma", "--n-requests", "80", "--slots", "16", "--json"]
+    assert ev.main([*base, "--option", "window=64", "--option", "refresh_every=8"]) == 0
+    assert json.loads(capsys.readouterr().out)["completed"] == 80
+    assert ev.main([*base, "--option", "windows=64"]) == 2
+    assert "unknown option(s) ['windows']" in capsys.readouterr().err
+    sc = build_scenario(SMALL.replace(options=(("window", 64),)))
+    assert sc.inputs("odma").extra.shape == (64,) and sc.inputs("s3").extra is None
+    spec = ScenarioSpec.from_dict({**SMALL.to_dict(), "options": {"window": 64}})
+    assert spec == SMALL.replace(options=(("window", 64),))
+    legacy = {k: v for k, v in SMALL.to_dict().items() if k not in ("options", "block")}
+    old = ScenarioSpec.from_dict({**legacy, "window": 64, "refresh_every": 8,
+                                  "refresh_check": 4})
+    assert old.options == (("refresh_every", 8), ("window", 64)) and old.block == 4

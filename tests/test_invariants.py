@@ -1,0 +1,91 @@
+"""Invariants every registered system must keep, parametrised over ``list_systems()`` so a
+new family is checked the moment it registers (the fixture family included): memory
+never over capacity or negative in exact mode, every request finished or dropped,
+determinism, and relaxed mode converging to exact as T -> 0. Synthetic workloads: no
+trace needed."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tests.fixture_family  # noqa: F401  (registers the fixture family)
+from models import (get_system, list_systems, make_inputs, make_options, make_workload,
+                    metrics, simulate, simulate_until_done)
+from tests.sim_fixtures import HW, config
+
+SYSTEMS = list_systems()
+N, MAX_LEN, CAP = 64, 256, 3000.0
+
+
+def _workload(seed):
+    rng = np.random.default_rng(seed)
+    out = rng.integers(1, MAX_LEN + 1, N)
+    return make_workload(np.cumsum(rng.exponential(0.05, N)), rng.integers(20, 300, N),
+                         out, np.maximum(out * rng.uniform(0.4, 2.5, N), 1.0),
+                         rng.uniform(0, 1, N), pad_to=72)
+
+
+def _setup(system, seed=0, record=True):
+    opts = make_options(system, block=4, record=record)
+    cfg = config(CAP, n_slots=16, admit_window=4, max_len=MAX_LEN, max_prefill=800.0)
+    params = {k: jnp.asarray(v)
+              for k, v in get_system(system).default_params(MAX_LEN, HW).items()}
+    return make_inputs(_workload(seed), cfg, opts), params, opts
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_exact_run_keeps_memory_and_accounts_for_every_request(system, seed):
+    inputs, params, opts = _setup(system, seed)
+    st = simulate_until_done(inputs, HW, params, opts, chunk_blocks=16)
+    m = {k: float(v) for k, v in metrics(st, inputs, opts).items()}
+    assert m["completed"] + m["dropped"] == N, m
+    assert m["unserved"] == m["dropped"]
+    assert 0.0 <= m["max_pool_use"] <= 1.0 and 0.0 <= m["peak_kv_tokens"] <= CAP
+    fin = np.asarray(st.rec.finish_iter)[:N]
+    assert int(np.sum(fin >= 0)) == m["completed"]
+    # the same run again: bit-identical
+    st2 = simulate_until_done(inputs, HW, params, opts, chunk_blocks=16)
+    for a, b in zip(jax.tree.leaves(st), jax.tree.leaves(st2)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_memory_per_iteration_within_capacity(system):
+    inputs, params, opts = _setup(system, record=False)
+    _, used = jax.jit(lambda p: simulate(inputs, HW, p, 0.0, opts, 800))(params)
+    used = np.asarray(used)
+    assert used.min() >= 0.0 and used.max() <= CAP, (used.min(), used.max())
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_relaxed_converges_to_exact(system):
+    inputs, params, opts = _setup(system, record=False)
+    steps = int(simulate_until_done(inputs, HW, params, opts, chunk_blocks=16).it)
+
+    @jax.jit
+    def run(t):
+        st, _ = simulate(inputs, HW, params, t, opts, steps)
+        return metrics(st, inputs, opts)
+
+    exact = run(jnp.float32(0.0))
+    assert float(exact["completed"]) + float(exact["dropped"]) == N
+    errs = []
+    for t in (0.3, 0.003, 0.0001):
+        m = run(jnp.float32(t))
+        errs.append(max(abs(float(m[k]) - float(exact[k])) / max(abs(float(exact[k])), 1e-9)
+                        for k in ("tps", "completed", "peak_kv_tokens")))
+    assert errs[-1] < 1e-3 and errs[-1] <= errs[0], errs
+
+
+def test_bucketed_state_keeps_the_shared_fields():
+    """The driver and the shared metrics read the core fields of a family's state."""
+    import dataclasses
+
+    from models.bucketed.state import BucketAcc, BucketRecord, BucketSlots
+    from models.server import Acc, Record, Slots
+
+    for core, ext in ((Slots, BucketSlots), (Acc, BucketAcc), (Record, BucketRecord)):
+        names = {f.name for f in dataclasses.fields(ext)}
+        assert {f.name for f in dataclasses.fields(core)} <= names, ext.__name__

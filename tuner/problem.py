@@ -1,0 +1,188 @@
+"""The compiled objective of a tuning problem.
+
+``Problem`` compiles, for one system on a stack of common-random-number (CRN) scenarios
+of equal shape, (a) the relaxed objective and its gradient in theta space and (b) a
+vmapped batch of objective values for many thetas (exact mode for finite differences).
+Gradients are of the log objective (:meth:`tuner.objectives.Objective.log_value`): it has
+the same maximisers and stays informative where constraint penalties make the objective
+itself underflow. Each jitted entry point traces once per (system, static settings,
+shapes): ``models.trace_guard`` checks it.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from models import Inputs, Workload, make_inputs, metrics, simulate
+from models.simulate import note_trace
+from tuner.objectives import Objective
+from tuner.scenario import Scenario
+from tuner.space import Space
+
+__all__ = ["FD_SCHEMES", "Problem", "stack_inputs"]
+
+
+FD_SCHEMES = ("central", "forward")  # finite-difference schemes of Problem.fd
+
+
+def stack_inputs(scenarios: list[Scenario], system: str) -> Inputs:
+    """The scenarios' simulator inputs for ``system``, workloads padded to one length,
+    stacked along a leading axis (CRN seeds, or a sweep's scenarios)."""
+    n = max(s.workload.size for s in scenarios)
+    ins = []
+    for s in scenarios:
+        wl = s.workload if s.workload.size == n else _pad(s.workload, n)
+        ins.append(make_inputs(wl, s.cfg, s.options(system), s.history))
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *ins)
+
+
+def _pad(wl: Workload, n: int) -> Workload:
+    k = n - wl.size
+    fill = {"arrival_s": jnp.inf, "prompt_tokens": 1, "output_tokens": 1,
+            "pred_tokens": 1.0, "pred_u": 0.0, "valid": False}
+    return Workload(**{f: jnp.concatenate([getattr(wl, f), jnp.full(k, v, getattr(
+        wl, f).dtype)]) for f, v in fill.items()})
+
+
+def _value_impl(theta, t, base, inputs, hw, *, space, opts, n_steps, objective):
+    """Mean over the CRN stack of the log objective (the differentiated surrogate), with
+    the mean objective value and metrics as auxiliary outputs."""
+    def one(params, x):
+        st, _ = simulate(x, hw, params, t, opts, n_steps)
+        m = metrics(st, x, opts)
+        return objective.log_value(m), objective(m), m
+
+    lv, v, m = jax.vmap(one, in_axes=(None, 0))(space.to_params(theta, base), inputs)
+    return jnp.mean(lv), (jnp.mean(v), jax.tree.map(jnp.mean, m))
+
+
+def _counted(where, fn):
+    def impl(theta, t, base, inputs, hw, **static):
+        note_trace(where, static["opts"], theta, t, base, inputs, hw)
+        return fn(theta, t, base, inputs, hw, **static)
+    return impl
+
+
+# module-level jitted functions: a new Problem with equal shapes and static settings
+# reuses the compiled code instead of tracing new closures
+_STATIC = ("space", "opts", "n_steps", "objective")
+_value = jax.jit(_counted("Problem.value", _value_impl), static_argnames=_STATIC)
+_grad = jax.jit(_counted("Problem.grad", jax.value_and_grad(_value_impl, has_aux=True)),
+                static_argnames=_STATIC)
+
+
+@partial(jax.jit, static_argnames=_STATIC)
+def _batch(thetas, t, base, inputs, hw, *, space, opts, n_steps, objective):
+    note_trace("Problem.batch", opts, thetas, t, base, inputs, hw)
+
+    def one(th):
+        lv, (v, _) = _value_impl(th, t, base, inputs, hw, space=space, opts=opts,
+                                 n_steps=n_steps, objective=objective)
+        return lv, v
+
+    return jax.vmap(one)(thetas)
+
+
+class Problem:
+    """Compiled objective functions of theta for one system and scenario stack.
+
+    ``value`` and ``batch`` return the objective (exact mode at ``t = 0``); ``grad``
+    differentiates the log surrogate (:meth:`Objective.log_value`, averaged over the CRN
+    stack). Every simulation is charged to ``cost`` in simulated request-iterations, and
+    every exact evaluation is reported to the callables in ``listeners`` as
+    ``(cost_after, theta, value)``, so a caller can keep the best policy seen and a
+    benchmark can count what each result cost.
+    """
+
+    def __init__(self, scenarios: list[Scenario], system: str, space: Space,
+                 objective: Objective, n_steps: int):
+        sc = scenarios[0]
+        self.system, self.space, self.objective = system, space, objective
+        self.n_steps, self.n_crn, self.n_slots = n_steps, len(scenarios), sc.cfg.n_slots
+        self.cost = 0.0  # simulated request-iterations spent (slots x iterations)
+        self.listeners = []
+        objective.check_metrics(system)
+        inputs = stack_inputs(scenarios, system)
+        opts = sc.options(system)
+
+        self._args = (space.base, inputs, sc.hw)
+        self._static = dict(space=space, opts=opts, n_steps=n_steps, objective=objective)
+
+    @property
+    def unit(self) -> int:
+        """Request-iterations of one evaluation (the benchmark's budget unit)."""
+        return self.n_crn * self.n_steps * self.n_slots
+
+    def _spend(self, sims: int, backward: bool = False):
+        # a backward pass is counted as two forward passes
+        self.cost += sims * self.unit * (3 if backward else 1)
+
+    def _report(self, thetas, values, t):
+        if float(t) != 0.0 or not self.listeners:
+            return
+        start = self.cost - self.unit * len(values)  # the batch is paid; order within it
+        for j, (th, v) in enumerate(zip(thetas, values)):
+            for cb in self.listeners:
+                cb(start + self.unit * (j + 1), th, float(v))
+
+    def grad(self, theta, t):
+        """(relaxed objective value, gradient of the log surrogate, metrics)."""
+        self._spend(1, backward=True)
+        (lv, (v, m)), g = _grad(theta, jnp.float32(t), *self._args, **self._static)
+        out = {k: float(x) for k, x in m.items()}
+        out["log_objective"] = float(lv)
+        return float(v), g, out
+
+    def value(self, theta, t=0.0):
+        self._spend(1)
+        lv, (v, m) = _value(theta, jnp.float32(t), *self._args, **self._static)
+        self._report([theta], [float(v)], t)
+        out = {k: float(x) for k, x in m.items()}
+        out["log_objective"] = float(lv)
+        return float(v), out
+
+    def batch(self, thetas: list[dict], t=0.0, log: bool = False) -> np.ndarray:
+        """Objective values (or log surrogates) of many thetas in one vmapped call."""
+        self._spend(len(thetas))
+        stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *thetas)
+        lv, v = _batch(stacked, jnp.float32(t), *self._args, **self._static)
+        v = np.asarray(v)
+        self._report(thetas, v, t)
+        return np.asarray(lv) if log else v
+
+    def fd(self, theta, coords, h=0.1, t=0.0, log: bool = True, *,
+           scheme: str = "central", base: float | None = None) -> dict:
+        """Finite differences (exact mode by default) of the log surrogate (or of the
+        objective with ``log=False``) for the given coordinates, in one vmapped batch.
+
+        ``scheme="central"`` costs two evaluations per coordinate. ``"forward"`` costs
+        one, plus one for ``theta`` itself unless its value (same ``t`` and ``log``) is
+        passed as ``base``: a fit passes the exact value it has just measured there.
+        """
+        if scheme not in FD_SCHEMES:
+            raise ValueError(f"finite differences: unknown scheme {scheme!r}")
+        signs = (1.0, -1.0) if scheme == "central" else (1.0,)
+        thetas = []
+        for name, i in coords:
+            for s in signs:
+                th = {k: jnp.array(v) for k, v in theta.items()}
+                th[name] = th[name].reshape(-1).at[i].add(s * h).reshape(theta[name].shape)
+                thetas.append(th)
+        if not thetas:
+            return {}
+        if scheme == "forward" and base is None:
+            thetas.append(theta)
+        vals = self.batch(thetas, t, log=log)
+        if scheme == "central":
+            return {c: float(vals[2 * j] - vals[2 * j + 1]) / (2 * h)
+                    for j, c in enumerate(coords)}
+        v0 = float(vals[-1]) if base is None else float(base)
+        # ``base`` may come from the unbatched function: a difference within float32
+        # round-off of the two compiled paths is no slope (Adam would amplify it)
+        noise = 1e-5 * max(1.0, abs(v0))
+        return {c: (0.0 if abs(float(vals[j]) - v0) <= noise else
+                    (float(vals[j]) - v0) / h) for j, c in enumerate(coords)}
