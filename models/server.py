@@ -75,7 +75,7 @@ class Slots:
     t_first: jax.Array    # [S] float32 first-token time
 
 
-def slot_fields(n: int, cls=Slots, **extra_float) -> dict:
+def slot_fields(n: int, cls=Slots) -> dict:
     """Zero fields of a slot table (``req`` -1) of class ``cls`` as keyword arguments."""
     zi = jnp.zeros(n, jnp.int32)
     zf = jnp.zeros(n, jnp.float32)
