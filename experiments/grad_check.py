@@ -16,13 +16,9 @@ from pathlib import Path
 
 import jax.numpy as jnp
 
-from models import get_system, validate_params
 from tuner.atomic import write_json_atomic, write_text_atomic
-from tuner.fitting import _n_steps, _train_scenarios
-from tuner.problem import Problem
-from tuner.objectives import parse_objective
+from tuner.fitting import FitSettings, build_problem
 from tuner.scenario import ScenarioSpec
-from tuner.space import Space
 
 __all__ = ["run", "main"]
 
@@ -35,13 +31,10 @@ def _cmp(g, fd):
 
 def run(spec: ScenarioSpec, system: str, objective: str, temps, crn: int,
         h_relaxed: float, h_exact: float) -> dict:
-    sys_spec = get_system(system)
-    scs = _train_scenarios(spec, crn)
-    base = validate_params(sys_spec, {}, scs[0].cfg.max_len)
-    space = Space(sys_spec, base)
-    prob = Problem(scs, system, space, parse_objective(objective),
-                   _n_steps(scs[0], system, base))
-    theta = space.to_theta({k: jnp.asarray(v) for k, v in base.items()})
+    prob, _ = build_problem(spec, FitSettings(system=system, objective=objective,
+                                              crn=crn, margin=0.0))
+    space = prob.space
+    theta = space.to_theta(space.base)
     coords = space.coords()
     exact_fd = prob.fd(theta, coords, h_exact, t=0.0)
     rows = []
@@ -80,7 +73,7 @@ def to_markdown(res: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.grad_check")
     ap.add_argument("--system", default="odma")
-    ap.add_argument("--objective", default="default")
+    ap.add_argument("--objective", default="tps_mig")
     ap.add_argument("--trace", default="default")
     ap.add_argument("--n-requests", type=int, default=600)
     ap.add_argument("--slots", type=int, default=256)

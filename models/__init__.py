@@ -6,8 +6,9 @@ The core (``family``, ``simulate``, ``server``, ``outcomes``, ``registry``, ``do
 """
 
 from models.domains import DOMAINS, Domain
-from models.family import (Family, Inputs, Metric, SimOptions, family_of, get_family,
-                           list_families, make_inputs, make_options, register_family)
+from models.family import (Family, Inputs, Metric, SimOptions, deployment_values,
+                           family_of, get_family, list_families, make_inputs,
+                           make_options, register_family)
 from models.registry import (ParamSpec, SystemSpec, get_system, list_systems,
                              register_system, validate_params)
 from models.server import ServerConfig
@@ -19,10 +20,11 @@ from models import bucketed  # noqa: E402,F401  (registers the bucketed family)
 
 __all__ = [
     "DOMAINS", "Domain", "Family", "Inputs", "Metric", "ParamSpec", "ServerConfig",
-    "SimOptions", "SystemSpec", "Workload", "family_of", "get_family", "get_system",
-    "init_state", "list_families", "list_systems", "make_inputs", "make_options",
-    "make_workload", "metric_specs", "metrics", "register_family", "register_system",
-    "run_blocks", "simulate", "simulate_until_done", "trace_guard", "validate_params",
+    "SimOptions", "SystemSpec", "Workload", "deployment_values", "family_of",
+    "get_family", "get_system", "init_state", "list_families", "list_systems",
+    "make_inputs", "make_options", "make_workload", "metric_specs", "metrics",
+    "register_family", "register_system", "run_blocks", "simulate",
+    "simulate_until_done", "trace_guard", "validate_params",
 ]
 
 

@@ -11,6 +11,9 @@ State contract: a family's state is a frozen pytree (``flax.struct``) with at le
 ``acc`` (:class:`models.server.Acc` or a subclass), ``rec`` (a
 :class:`models.server.Record` or subclass, or None), ``clock`` and ``it``; the driver's
 latency absorption and the shared metrics read those.
+
+Optional: ``deployment(inputs, params, opts)`` (see :class:`Family`); a family without
+it has no derived deployment values (:func:`deployment_values` returns ``{}``).
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from typing import Any, Callable, Mapping, NamedTuple, Protocol
 
 from flax import struct
 
-__all__ = ["Family", "Inputs", "Metric", "SimOptions", "Sink", "family_of", "get_family",
-           "list_families", "make_inputs", "make_options", "register_family"]
+__all__ = ["Family", "Inputs", "Metric", "SimOptions", "Sink", "deployment_values",
+           "family_of", "get_family", "list_families", "make_inputs", "make_options",
+           "register_family"]
 
 
 @struct.dataclass
@@ -61,7 +65,11 @@ class Sink(NamedTuple):
 
 
 class Family(Protocol):
-    """The protocol (see the module docstring for the state contract)."""
+    """The protocol (see the module docstring for the state contract).
+
+    Every method is required except ``deployment`` (optional: families without it
+    return nothing, see :func:`deployment_values`).
+    """
 
     name: str
     metrics_spec: Mapping[str, Metric]   # every metric ``metrics`` returns
@@ -91,6 +99,12 @@ class Family(Protocol):
 
     def metrics(self, state, inputs: Inputs) -> dict:
         """Float32 scalars keyed by the names of ``metrics_spec``."""
+
+    def deployment(self, inputs: Inputs, params, opts: "SimOptions") -> dict:
+        """OPTIONAL. Derived deployment values in physical units (plain Python
+        numbers/lists, JSON-ready) of a system with these params on these inputs: what
+        an engineer configures a real server with (e.g. bucket bounds in tokens, pool
+        sizes in tokens and bytes). Runs on the host, outside jit."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +160,13 @@ def make_options(system: str, *, block: int = 16, record: bool = False,
     fam = family_of(system)
     return SimOptions(system=system, family=fam.options(system, **settings),
                       block=int(block), record=bool(record), latency_hist=bool(latency_hist))
+
+
+def deployment_values(inputs: Inputs, params, opts: SimOptions) -> dict:
+    """The derived deployment values of ``opts.system`` with ``params`` on ``inputs``
+    (its family's optional ``deployment``), or ``{}`` when the family has none."""
+    fn = getattr(family_of(opts.system), "deployment", None)
+    return dict(fn(inputs, params, opts)) if callable(fn) else {}
 
 
 def make_inputs(wl, cfg, opts: SimOptions, history=None) -> Inputs:

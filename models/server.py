@@ -104,6 +104,7 @@ class Acc:
     queue_s: jax.Array       # [] summed queueing delay (admission - arrival)
     ttft_ok: jax.Array       # [] (soft) count of finished requests within the TTFT SLO
     tpot_ok: jax.Array       # [] (soft) count within the TPOT SLO
+    slo_ok: jax.Array        # [] (soft) count within both (DistServe's SLO attainment)
     ttft_hist: jax.Array     # [141] latency histogram counts
     tpot_hist: jax.Array     # [141]
     peak_kv: jax.Array       # [] largest reserved KV tokens during an iteration

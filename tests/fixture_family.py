@@ -53,6 +53,7 @@ class Toy:
             queue_s=a.queue_s + w * (start - wl.arrival_s[i]),
             ttft_ok=a.ttft_ok + w * (ttft <= cfg.ttft_slo_s),
             tpot_ok=a.tpot_ok + w * (tpot <= cfg.tpot_slo_s),
+            slo_ok=a.slo_ok + w * (ttft <= cfg.ttft_slo_s) * (tpot <= cfg.tpot_slo_s),
             peak_kv=jnp.maximum(a.peak_kv, w * need),
             max_use=jnp.maximum(a.max_use, w * need / cfg.capacity_tokens),
             busy_s=a.busy_s + w * out * tpot, iters=a.iters + w)

@@ -49,7 +49,7 @@ def test_fixture_runs_through_evaluate(sc):
 def test_fixture_fits_exports_and_reevaluates(tmp_path, capsys):
     out = tmp_path / "toy.json"
     rc = fit_cli.main(["--system", "toy", "--objective", "tps", "--budget", "3",
-                       "--explore", "2", "--n-train", "60", "--n-holdout", "60",
+                       "--explore", "2", "--n-requests", "240", "--windows", "1",
                        "--slots", "16", "--crn", "1", "--holdout-seeds", "1", "--quiet",
                        "--out", str(out)])
     assert rc == 0, capsys.readouterr().err
@@ -59,7 +59,7 @@ def test_fixture_fits_exports_and_reevaluates(tmp_path, capsys):
     capsys.readouterr()
     assert ev.main(["--policy", str(out), "--json"]) == 0
     m = json.loads(capsys.readouterr().out)
-    assert m["system"] == "toy" and m["completed"] + m["dropped"] == 60
+    assert m["system"] == "toy" and m["completed"] + m["dropped"] == 240
 
 
 def test_fixture_sweeps(tmp_path):

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STEPS = 600  # rounded up to 608 (a multiple of the block, 16 iterations)
 HARDWARE = ["mlu370-x4", "h100-80gb"]
 SMALL = ["--n-requests", "150", "--slots", "32"]
-ARGS = ["--system", "odma", "--grid", "gamma=0.1,0.5,1.0",
+ARGS = ["--system", "odma", "--grid", "gamma=0.1,0.5,1.0", "--objective", "tps_mig",
         "--hardware", ",".join(HARDWARE), *SMALL, "--steps", str(STEPS), "--quiet"]
 FILES = {"sweep.json", "sweep.csv", "sweep.md", "pareto.png"}
 
@@ -130,3 +130,27 @@ def test_pareto_mask():
     x = [1.0, 2.0, 3.0, 4.0, np.nan]
     y = [1.0, 5.0, 5.0, 6.0, 9.0]
     assert pareto_mask(x, y, (False, True)).tolist() == [True, True, False, True, False]
+
+
+def test_a_goodput_sweep_runs_each_scenarios_ladder():
+    """The default objective (goodput) in a sweep: each scenario's rate ladder runs in
+    the same compiled call, and a point's goodput is that of its own ladder."""
+    import jax.numpy as jnp
+
+    from tuner.problem import Ladder, measure
+    from tuner.sweep import ladders, run_sweep
+
+    scs = build_scenarios(ScenarioSpec(n_requests=150, n_slots=32, max_batch=32),
+                          HARDWARE[:1], ["default"])
+    rates, steps = ladders(scs, "static")
+    rows = run_sweep(scs, "static", [{}], n_steps=steps, objective="goodput_rps",
+                     rates=rates)
+    obj = parse_objective("goodput_rps")
+    for row, sc, r in zip(rows, scs, rates):
+        m = measure({}, sc.inputs("static"), sc.hw, 0.0,
+                    Ladder(jnp.asarray(r), jnp.float32(sc.nominal_rps)),
+                    opts=sc.options("static"), n_steps=steps, objective=obj)
+        assert row["metrics"]["goodput_rps"] == pytest.approx(float(m["goodput_rps"]),
+                                                              rel=1e-5)
+        assert row["metrics"]["objective"] == row["metrics"]["goodput_rps"] > 0
+        assert r[0] < row["metrics"]["goodput_rps"] <= r[-1]  # within its own ladder

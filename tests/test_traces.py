@@ -109,9 +109,9 @@ def test_summary_matches_direct_computation_mooncake():
         assert got[key] == pytest.approx(_stats(np.array([r[field] for r in recs])))
 
 
-def test_plain_csv_sorts_by_arrival_and_keeps_rows_together(tmp_path):
+def test_plain_csv_starts_at_zero_and_keeps_rows_together(tmp_path):
     path = tmp_path / "mine.txt"  # the extension does not matter
-    path.write_text("arrival_s,prompt_tokens,output_tokens\n5,50,5\n2,20,2\n"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n2,20,2\n5,50,5\n"
                     "\n9,90,9\n")
     trace = load_trace(path)
     assert trace.format == "plain"
@@ -126,8 +126,11 @@ def test_plain_csv_sorts_by_arrival_and_keeps_rows_together(tmp_path):
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 MOONCAKE = '{"timestamp": 0, "input_length": 5, "output_length": 3}\n'
 CASTILLO_ROW = '{{"prompt_text": "a", "input_size": 2, "output_sizes": [{}]}}\n'
+PLAIN = "arrival_s,prompt_tokens,output_tokens\n"
 BAD = {  # name -> (file content, line, field)
     "empty.csv": ("", 1, "<file>"),
+    "negative_arrival.csv": (PLAIN + "0,5,5\n-1.5,5,5\n", 3, "arrival_s"),
+    "unsorted_arrival.csv": (PLAIN + "0,5,5\n3,5,5\n2,5,5\n", 4, "arrival_s"),
     "header_only.csv": (AZURE, 2, "<data>"),
     "missing_column.csv": ("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.6,3\n", 1,
                            "GeneratedTokens"),

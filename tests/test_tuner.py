@@ -43,7 +43,7 @@ def test_space_maps_any_theta_into_the_domain(z):
 
 
 def test_objective_parsing_and_penalties():
-    obj = parse_objective("default")
+    obj = parse_objective("tps_mig")
     m = {"tps": 100.0, "migration_rate": 0.0, "completed": 10.0, "unserved": 0.0}
     assert float(obj(m)) == pytest.approx(100.0)
     m2 = dict(m, migration_rate=0.010, unserved=10.0)  # violated by one bound, half served
@@ -64,7 +64,7 @@ def test_objective_parsing_and_penalties():
 def test_objective_margin_tightens_bounds_and_keeps_the_penalty_scale():
     m = {"tps": 100.0, "migration_rate": 0.004, "completed": 10.0, "unserved": 0.0,
          "ttft_slo_attainment": 0.93}
-    plain = parse_objective("default")
+    plain = parse_objective("tps_mig")
     tight = plain.with_margin(0.5)
     assert plain.margin == 0.0 and float(plain(m)) == pytest.approx(100.0)
     # the bound 0.005 becomes 0.0025; the violation 0.0015 is scaled by the user's 0.005

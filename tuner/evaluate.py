@@ -17,24 +17,52 @@ import jax.numpy as jnp
 
 from models import get_system, list_systems, metrics, simulate_until_done, validate_params
 from tuner.atomic import plain
+from tuner.capacity import exact_capacity, ladder_rates
 from tuner.objectives import DEFAULT_OBJECTIVE, parse_objective
 from tuner.scenario import Scenario, ScenarioSpec, build_scenario
 
-__all__ = ["evaluate", "parse_param", "add_scenario_args", "spec_from_args", "main"]
+__all__ = ["evaluate", "run", "parse_param", "add_scenario_args", "spec_from_args", "main"]
 
 
-def evaluate(sc: Scenario, system: str, params: dict | None = None, *,
-             temperature: float = 0.0, objective: str = DEFAULT_OBJECTIVE) -> dict:
-    """Run ``system`` on the scenario until every request is accounted for."""
-    spec = get_system(system)
-    obj = parse_objective(objective)
-    obj.check_metrics(system)
-    p = validate_params(spec, params or {}, sc.cfg.max_len, sc.hw)
+def run(sc: Scenario, system: str, params: dict | None = None, *,
+        temperature: float = 0.0) -> dict:
+    """Run ``system`` on the scenario until every request is accounted for; its
+    metrics as floats."""
+    p = validate_params(get_system(system), params or {}, sc.cfg.max_len, sc.hw)
     p = {k: jnp.asarray(v) for k, v in p.items()}
     opts = sc.options(system, record=True)
     inputs = sc.inputs(system)
     st = simulate_until_done(inputs, sc.hw, p, opts, t=temperature)
-    m = {k: float(v) for k, v in metrics(st, inputs, opts).items()}
+    return {k: float(v) for k, v in metrics(st, inputs, opts).items()}
+
+
+def evaluate(sc: Scenario, system: str, params: dict | None = None, *,
+             temperature: float = 0.0, objective: str = DEFAULT_OBJECTIVE,
+             rates=None) -> dict:
+    """The objective and metrics of ``system`` on the scenario, exactly (or relaxed at
+    ``temperature``). A capacity objective (goodput) runs the rate ladder ``rates``
+    (default: :func:`tuner.capacity.ladder_rates` of this policy's saturation rate) and
+    bisects its first crossing (:func:`tuner.capacity.exact_capacity`); the other
+    metrics are then those at the highest rate found within the SLO target."""
+    obj = parse_objective(objective)
+    obj.check_metrics(system)
+    validate_params(get_system(system), params or {}, sc.cfg.max_len, sc.hw)
+    if not obj.capacity:
+        m = run(sc, system, params, temperature=temperature)
+    else:
+        if temperature:
+            raise ValueError("capacity objectives are evaluated in exact mode here; "
+                             "the relaxed ladder is tuner.problem's")
+        cache = {}
+
+        def run_at(rate):
+            if rate not in cache:
+                cache[rate] = run(sc.at_rate(rate), system, params)
+            return cache[rate]
+
+        if rates is None:
+            rates = ladder_rates(run_at(math.inf)["requests_per_s"])
+        m = exact_capacity(run_at, rates, sc.nominal_rps)
     m["objective"] = float(obj(m))
     return m
 
@@ -67,13 +95,21 @@ def add_scenario_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--max-len", type=int, default=None)
     g.add_argument("--slots", type=int, default=None, dest="n_slots")
+    g.add_argument("--ttft-slo", type=float, default=None, dest="ttft_slo_s",
+                   help="TTFT SLO in s (default: --slo-scale x the uncontended TTFT)")
+    g.add_argument("--tpot-slo", type=float, default=None, dest="tpot_slo_s",
+                   help="TPOT SLO in s (default: --slo-scale x the uncontended TPOT)")
+    g.add_argument("--slo-scale", type=float, default=None,
+                   help=f"SLOs as a multiple of the uncontended latency (default "
+                   f"{d.slo_scale:g}, eLLM section 5)")
     g.add_argument("--option", action="append", default=None, dest="options",
                    metavar="KEY=VALUE", help="a family option (e.g. window=10000 for "
                    "the bucketed family's ODMA window); repeatable")
 
 
 SCENARIO_KEYS = ("trace", "hardware", "model", "tp", "capacity_tokens", "rate",
-                 "n_requests", "offset", "seed", "max_len", "n_slots")
+                 "n_requests", "offset", "seed", "max_len", "n_slots", "ttft_slo_s",
+                 "tpot_slo_s", "slo_scale")
 
 
 def spec_from_args(args, base: ScenarioSpec | None = None) -> ScenarioSpec:
@@ -136,9 +172,13 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(plain(m), indent=2, sort_keys=True))
     else:
-        for k in ("objective", "tps", "kv_utilization", "ttft_p99_s", "tpot_p99_s",
-                  "migrations", "preemptions", "unserved", "accuracy"):
-            print(f"{k:>16}: {m[k]:.6g}")
+        for w in sc.warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        for k in ("objective", "goodput_rps", "saturation_tps", "slo_attainment", "tps",
+                  "kv_utilization", "ttft_p99_s", "tpot_p99_s", "migrations",
+                  "preemptions", "unserved", "accuracy"):
+            if k in m:
+                print(f"{k:>16}: {m[k]:.6g}")
     return 0
 
 

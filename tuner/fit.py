@@ -1,27 +1,33 @@
 """Tune a memory policy by gradient and export it: ``python -m tuner.fit``.
 
-Trains on the first ``--n-train`` requests of the trace, validates in exact mode on the
-next ``--n-holdout`` requests under held-out seeds, and writes ``--out`` only if the tuned
-policy is at least as good as the papers' default on the objective.
+The slice of the trace (default: all of it) is split into ``2 * --windows`` windows
+spread over it: the fit trains on every other one, then validates tuned, default and
+every baseline of the system in exact mode on the windows in between under held-out
+seeds, and on the whole slice. The default objective is goodput (``tuner.capacity``).
+The policy file is written only when no baseline and not the default is better on
+held-out data (exit 3 otherwise, nothing written; ``--export-anyway`` writes it and
+exits 0, the verdict recorded in the file).
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
-from tqdm import tqdm
+if __name__ == "__main__":  # progress from the first second: the imports take ~2 s
+    print("tuner.fit: starting", file=sys.stderr, flush=True)
 
-from tuner.atomic import write_json_atomic
-from tuner.evaluate import add_scenario_args, spec_from_args
-from tuner.fitting import FitSettings, fit, validate
-from tuner.problem import FD_SCHEMES
-from tuner.objectives import parse_objective
-from tuner.policy import make_policy
-from tuner.scenario import ScenarioSpec, build_scenario
+import argparse  # noqa: E402
+import os  # noqa: E402
+from pathlib import Path  # noqa: E402
 
-__all__ = ["main"]
+from tqdm import tqdm  # noqa: E402
+
+from tuner.atomic import write_json_atomic  # noqa: E402
+from tuner.evaluate import add_scenario_args, spec_from_args  # noqa: E402
+from tuner.fitting import FitSettings, fit  # noqa: E402
+from tuner.problem import FD_SCHEMES  # noqa: E402
+
+__all__ = ["main", "check_out"]
 
 
 def _args(argv):
@@ -29,14 +35,16 @@ def _args(argv):
     ap = argparse.ArgumentParser(prog="python -m tuner.fit", description=__doc__)
     ap.add_argument("--system", default=d.system)
     ap.add_argument("--objective", default=d.objective,
-                    help="preset or spec, e.g. 'tps,migration_rate<=0.005'")
+                    help="preset or spec (default: goodput_rps; e.g. 'tps_mig' = "
+                    "'tps,migration_rate<=0.005')")
     ap.add_argument("--margin", type=float, default=d.margin,
                     help="train against constraint bounds tightened by this share of "
                     "their slack (0: the bounds as given); held-out validation and the "
-                    "export gate use the real bounds")
+                    "verdict use the real bounds")
     ap.add_argument("--budget", type=int, default=d.budget, help="optimiser steps")
     ap.add_argument("--lr", type=float, default=d.lr)
-    ap.add_argument("--crn", type=int, default=d.crn, help="CRN workloads per evaluation")
+    ap.add_argument("--crn", type=int, default=d.crn,
+                    help="common-random-number seeds per training window")
     ap.add_argument("--explore", type=int, default=d.explore,
                     help="exact random samples that compete with the start point")
     ap.add_argument("--check-every", type=int, default=d.check_every,
@@ -44,41 +52,86 @@ def _args(argv):
     ap.add_argument("--fd-scheme", choices=FD_SCHEMES, default=d.fd_scheme,
                     help="exact finite differences: central (default) or forward (half "
                     "the evaluations, less robust on jagged objectives)")
-    ap.add_argument("--n-train", type=int, default=600)
-    ap.add_argument("--n-holdout", type=int, default=600)
+    ap.add_argument("--windows", type=int, default=2,
+                    help="training windows (as many held-out windows lie between them)")
+    ap.add_argument("--window-requests", type=int, default=None,
+                    help="requests per window (default: the slice / (2 x --windows))")
     ap.add_argument("--holdout-seeds", type=int, default=d.holdout_seeds)
     ap.add_argument("--out", default="policy.json")
     ap.add_argument("--resume", action="store_true", help="continue from OUT.ckpt")
+    ap.add_argument("--export-anyway", action="store_true",
+                    help="write the policy even when a baseline or the default wins")
     ap.add_argument("--quiet", action="store_true")
     add_scenario_args(ap)
     return ap.parse_args(argv)
 
 
+def check_out(out: Path) -> Path:
+    """The checkpoint path of ``out``, after checking that both can be written."""
+    if out.is_dir():
+        raise ValueError(f"--out {out}: is a directory; give a file path such as "
+                         f"{out / 'policy.json'}")
+    parent = out.parent if str(out.parent) else Path(".")
+    for up in (parent, *parent.parents):
+        if up.exists() and not up.is_dir():
+            raise ValueError(f"--out {out}: {up} is not a directory")
+    parent.mkdir(parents=True, exist_ok=True)  # e.g. results/policy.json
+    if not os.access(parent, os.W_OK):
+        raise ValueError(f"--out {out}: directory {parent} is not writable")
+    ckpt = out.with_name(out.name + ".ckpt")
+    if ckpt.is_dir():
+        raise ValueError(f"checkpoint path {ckpt} is a directory")
+    return ckpt
+
+
+def _table(mets: dict, names: list[str], objective: str) -> list[str]:
+    cols = ("objective", "goodput_rps", "saturation_tps", "slo_attainment", "ttft_p99_s",
+            "tpot_p99_s")
+    cols = [c for c in cols if c in mets["tuned"]]
+    lines = [f"{'':>10} " + " ".join(f"{c:>24}" for c in cols)]
+    for n in names:
+        m = mets[n]
+
+        def cell(c):
+            lo, hi = m["ci"].get(c, [float("nan")] * 2)
+            return f"{m[c]:.4g} [{lo:.3g}, {hi:.3g}]" if lo == lo else f"{m[c]:.4g}"
+        lines.append(f"{n:>10} " + " ".join(f"{cell(c):>24}" for c in cols))
+    return lines
+
+
 def main(argv=None) -> int:
     args = _args(argv)
     out = Path(args.out)
-    ckpt = out.with_name(out.name + ".ckpt")
     log = (lambda s: None) if args.quiet else (lambda s: tqdm.write(s, file=sys.stderr))
+
+    def warn(s):
+        print(f"warning: {s}", file=sys.stderr)
     try:
-        if args.budget < 1 or args.n_train < 1 or args.n_holdout < 1:
-            raise ValueError("--budget, --n-train and --n-holdout must be >= 1")
+        ckpt = check_out(out)
+        if args.budget < 1:
+            raise ValueError("--budget must be >= 1")
+        from models import get_system
+        from tuner.objectives import parse_objective
+        from tuner.scenario import ScenarioSpec, build_scenario
+        from tuner.validation import plan_windows
+
         base = spec_from_args(args, ScenarioSpec())
-        seed = base.seed
-        train = base.replace(offset=base.offset, n_requests=args.n_train)
-        n_total = build_scenario(base.replace(n_requests=None)).summary["requests"] \
-            if base.n_requests is None else base.n_requests
-        hold_off = base.offset + args.n_train
-        if hold_off + args.n_holdout <= base.offset + n_total:
-            holdout = base.replace(offset=hold_off, n_requests=args.n_holdout)
-            hold_note = f"requests [{hold_off}, {hold_off + args.n_holdout})"
-        else:
-            holdout = train
-            hold_note = "the training slice (trace too short for a held-out slice)"
+        parse_objective(args.objective).check_metrics(args.system)
+        win = plan_windows(base, args.windows, args.window_requests)
+        # the SLOs of the whole slice hold for every window and held-out seed
+        whole = build_scenario(win.whole)
+        for w in whole.warnings:
+            warn(w)
+        slo = whole.slo
+        win = plan_windows(base.replace(ttft_slo_s=slo["ttft_s"], tpot_slo_s=slo["tpot_s"]),
+                           args.windows, args.window_requests)
         st = FitSettings(system=args.system, objective=args.objective, margin=args.margin,
                          budget=args.budget, lr=args.lr, crn=args.crn, explore=args.explore,
                          check_every=args.check_every, fd_scheme=args.fd_scheme,
-                         holdout_seeds=args.holdout_seeds, seed=seed)
+                         holdout_seeds=args.holdout_seeds, seed=base.seed)
         st.check()
+        log(f"fit {args.system} on {base.trace}: {win.note}; SLOs TTFT "
+            f"{slo['ttft_s']:.3g} s, TPOT {slo['tpot_s']:.3g} s ({slo['ttft_source']})")
         bar = tqdm(total=args.budget, desc="fit", file=sys.stderr, disable=args.quiet)
         last = {}
 
@@ -91,41 +144,56 @@ def main(argv=None) -> int:
             bar.n = rec["step"]
             bar.refresh()
 
-        res = fit(train, st, checkpoint=ckpt, resume=args.resume, log=log,
-                  progress=progress)
+        res = fit(list(win.train), st, checkpoint=ckpt, resume=args.resume, log=log,
+                  progress=progress, warn=warn)
         bar.close()
-        log(f"validating in exact mode on {hold_note}, {args.holdout_seeds} held-out seeds")
-        mets = validate(train, args.system, res.params, res.default_params, args.objective,
-                        holdout=holdout, seeds=args.holdout_seeds)
+        from tuner.validation import validate, verdict
+
+        baselines = tuple(get_system(args.system).baselines)
+        policies = {"tuned": (args.system, res.params),
+                    "default": (args.system, res.default_params),
+                    **{b: (b, {}) for b in baselines}}
+        log(f"validating in exact mode: {len(win.holdout)} held-out window(s) x "
+            f"{args.holdout_seeds} held-out seed(s), then the whole slice")
+        mets = validate(args.system, policies, args.objective, win, args.holdout_seeds,
+                        log=log)
+        ver = verdict(mets, args.objective, baselines)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    tuned, default = mets["tuned"]["objective"], mets["default"]["objective"]
-    gain = (tuned - default) / abs(default) if default else float("inf")
-    bases = ", ".join(f"{b} {m['objective']:.6g}" for b, m in mets["baselines"].items())
-    print(f"objective ({args.objective}) on held-out data: tuned {tuned:.6g}, "
-          f"default {default:.6g} ({gain:+.2%}); baselines: {bases}")
+    print(f"objective {parse_objective(args.objective).spec}, held-out mean [95% interval]:")
+    print("\n".join(_table(mets, list(policies), args.objective)))
+    whole = ", ".join(f"{n} {mets[n]['whole_trace']['objective']:.4g}" for n in policies)
+    print(f"whole slice ({win.whole.n_requests} requests): {whole}")
     print("tuned params: " + ", ".join(f"{k}={v}" for k, v in res.params.items()))
-    if tuned < default:
-        print(f"not exported: the tuned policy is worse than the default by {-gain:.2%}",
-              file=sys.stderr)
+    print(f"verdict ({ver['outcome']}): {ver['sentence']}")
+    if ver["outcome"] == "loss" and not args.export_anyway:
         return 3
-    sc = build_scenario(train)
+    from tuner.deployment import describe
+    from tuner.policy import make_policy
+
+    sc = build_scenario(win.whole)
     doc = make_policy(
-        system=args.system, params=res.params, scenario=train,
+        system=args.system, params=res.params, scenario=win.whole,
         workload={"fingerprint": sc.fingerprint, "summary": sc.summary,
-                  "predictions": sc.prediction_source, "holdout": hold_note},
-        metrics=mets, objective=args.objective,
+                  "predictions": sc.prediction_source, "windows": win.note,
+                  "train": [[w.offset, w.offset + w.n_requests] for w in win.train],
+                  "holdout": [[w.offset, w.offset + w.n_requests] for w in win.holdout]},
+        metrics={"tuned": mets["tuned"], "default": mets["default"],
+                 "baselines": {b: mets[b] for b in baselines},
+                 "baseline": mets[ver["best_baseline"]] if baselines else mets["default"]},
+        objective=parse_objective(args.objective).spec,
         tuner={"settings": st.to_dict(), "estimators": res.estimators,
                "temperature_floor": res.floor, "steps": res.steps,
-               "train_objective": parse_objective(args.objective).with_margin(
-                   args.margin).describe(),
+               "train_objective": res.train_objective, "rates_rps": res.rates,
                "simulated_request_iterations": res.cost, "history": res.history,
-               "best_exact_train": res.best_exact, "gain_vs_default": gain},
-        seed=seed)
+               "best_exact_train": res.best_exact},
+        seed=base.seed, slo=slo, deployment=describe(sc, args.system, res.params),
+        verdict=ver)
     write_json_atomic(out, doc)
     ckpt.unlink(missing_ok=True)
-    print(f"wrote {out}")
+    print(f"wrote {out}" + (" (--export-anyway: the verdict above stands)"
+                            if ver["outcome"] == "loss" else ""))
     return 0
 
 

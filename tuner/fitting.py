@@ -33,12 +33,12 @@ from models import get_system, validate_params
 from tuner.atomic import write_bytes_atomic
 from tuner.evaluate import evaluate
 from tuner.gradcheck import check
-from tuner.problem import FD_SCHEMES, Problem
+from tuner.problem import FD_SCHEMES, Problem, plan_ladder
 from tuner.objectives import parse_objective
 from tuner.scenario import ScenarioSpec, build_scenario
 from tuner.space import Space
 
-__all__ = ["FitSettings", "FitResult", "build_problem", "fit", "validate"]
+__all__ = ["FitSettings", "FitResult", "build_problem", "fit", "overload"]
 
 
 
@@ -50,7 +50,7 @@ class FitSettings:
                                   # slack (Objective.with_margin); validation does not
     budget: int = 20              # optimiser steps
     lr: float = 0.4               # adam step in theta space (halved on every revert)
-    crn: int = 2                  # common-random-number workloads per evaluation
+    crn: int = 1                  # common-random-number seeds per training window
     fd_step: float = 0.1          # theta-space step of exact finite differences
     fd_scheme: str = "central"    # or forward: one evaluation per coordinate, reusing
                                   # the exact value the fit measured at theta
@@ -96,22 +96,36 @@ class FitResult:
     steps: int
     checks: list
     unit: int = 0  # request-iterations of one exact evaluation of the training problem
+    train_objective: str = ""   # the objective trained against (margin included)
+    rates: list | None = None   # the rate ladder of a capacity objective, req/s
 
 
-def _train_scenarios(spec: ScenarioSpec, crn: int):
-    return [build_scenario(spec.replace(seed=spec.seed + 7919 * k)) for k in range(crn)]
+def _specs(spec) -> list[ScenarioSpec]:
+    return list(spec) if isinstance(spec, (list, tuple)) else [spec]
 
 
-def _n_steps(sc, system, params) -> int:
+def _train_scenarios(specs, crn: int):
+    return [build_scenario(s.replace(seed=s.seed + 7919 * k))
+            for s in _specs(specs) for k in range(crn)]
+
+
+def _n_steps(sc, system, params) -> tuple[int, dict]:
     m = evaluate(sc, system, params, objective="tps")  # any family reports tps
     it = int(m["iterations"] + 1)
-    return int(math.ceil(1.25 * it / sc.spec.block) * sc.spec.block)
+    return int(math.ceil(1.25 * it / sc.spec.block) * sc.spec.block), m
 
 
-def _key(spec: ScenarioSpec, st: FitSettings) -> str:
+def overload(sc, goodput: float) -> str:
+    return (f"the trace's own rate ({sc.nominal_rps:.3g} req/s) is above the start "
+            f"policy's goodput ({goodput:.3g} req/s): served at its own timing, more "
+            "than 10% of requests miss their SLOs (goodput rescales the arrivals)")
+
+
+def _key(specs: list[ScenarioSpec], st: FitSettings) -> str:
     """What a checkpoint must match to be resumed (the budget may grow)."""
     settings = {k: v for k, v in st.to_dict().items() if k != "budget"}
-    doc = json.dumps([spec.to_dict(), settings], sort_keys=True, default=str)
+    doc = json.dumps([[s.to_dict() for s in specs], settings], sort_keys=True,
+                     default=str)
     return hashlib.sha256(doc.encode()).hexdigest()[:16]
 
 
@@ -128,11 +142,16 @@ def _explore(prob: Problem, theta, st: FitSettings) -> None:
 def _initial_checks(prob: Problem, space: Space, theta, st: FitSettings, log) -> dict:
     """Gradient checks at the start point: the temperature floor and per-coordinate
     estimators (see the module docstring of :mod:`tuner.gradcheck`)."""
+    n = len(space.coords())
+    log(f"gradient checks: the start exactly, then exact CRN finite differences of {n} "
+        f"coordinates ({(2 if st.fd_scheme == 'central' else 1) * n} evaluations in one "
+        "batch)")
     v0, m0 = prob.value(theta)
     fd = prob.fd(theta, space.coords(), st.fd_step, scheme=st.fd_scheme,
                  base=m0["log_objective"])
     agree, gap = {}, {}
     for t in st.temperatures:
+        log(f"gradient checks: relaxed gradient at T={t:g}")
         res, _, mr = check(prob, theta, t, fd, st.fd_step)
         agree[t] = res
         gap[t] = abs(mr["log_objective"] - m0["log_objective"])
@@ -156,25 +175,49 @@ def _initial_checks(prob: Problem, space: Space, theta, st: FitSettings, log) ->
             "checks": [[c.__dict__ for c in agree[t]] for t in st.temperatures]}
 
 
-def build_problem(spec: ScenarioSpec, st: FitSettings) -> tuple[Problem, dict]:
-    """The training problem of a fit (CRN stack, horizon, space around ``st.start``) and
-    the system's default parameters. Equal settings give equal compiled shapes, so
-    problems built twice share their compiled code."""
+def build_problem(spec, st: FitSettings, log=lambda s: None,
+                  warn=lambda s: None) -> tuple[Problem, dict]:
+    """The training problem of a fit (the training windows ``spec`` (one spec or a
+    list) x ``st.crn`` seeds, horizon, rate ladder for a capacity objective, space
+    around ``st.start``) and the system's default parameters. Equal settings give equal
+    compiled shapes, so problems built twice share their compiled code."""
     sys_spec = get_system(st.system)
-    scs = _train_scenarios(spec, st.crn)
+    scs = _train_scenarios(_specs(spec), st.crn)
+    if len({s.cfg.max_len for s in scs}) > 1:
+        raise ValueError("training windows differ in max_len; give --max-len")
     max_len = scs[0].cfg.max_len
     default = validate_params(sys_spec, {}, max_len, scs[0].hw)
     start = validate_params(sys_spec, st.start, max_len, scs[0].hw)
     space = Space(sys_spec, start)
     if not space.names:
         raise ValueError(f"system {st.system!r} has no gradient-tunable parameters")
-    n_steps = _n_steps(scs[0], st.system, start)
     objective = parse_objective(st.objective).with_margin(st.margin)
-    return Problem(scs, st.system, space, objective, n_steps), default
+    objective.check_metrics(st.system)
+    rates = None
+    if objective.capacity:
+        log(f"rate ladder: exact goodput of the start policy on {len(scs)} training "
+            "scenario(s)")
+        rates, n_steps, caps = plan_ladder(scs, st.system, start)
+        log("start goodput " + ", ".join(f"{c['goodput_rps']:.3g}" for c in caps)
+            + " req/s; rungs " + ", ".join(f"{r:.3g}" for r in rates)
+            + f" req/s + saturation; horizon {n_steps} iterations")
+        for sc, c in zip(scs, caps):
+            if sc.nominal_rps > c["goodput_rps"]:
+                warn(overload(sc, c["goodput_rps"]))
+                break
+    else:
+        n_steps, m = _n_steps(scs[0], st.system, start)
+        if m["queue_delay_mean_s"] > 10 * scs[0].slo["ttft_s"]:
+            warn(f"the server is overloaded at the trace's own arrival times: mean "
+                 f"queueing delay {m['queue_delay_mean_s']:.4g} s (TTFT SLO "
+                 f"{scs[0].slo['ttft_s']:.3g} s); throughput objectives then measure "
+                 "the backlog, not the policy (the goodput objective rescales arrivals)")
+    return Problem(scs, st.system, space, objective, n_steps, rates), default
 
 
-def fit(spec: ScenarioSpec, st: FitSettings, *, checkpoint: Path | None = None,
-        resume: bool = False, log=print, progress=None, listeners=()) -> FitResult:
+def fit(spec, st: FitSettings, *, checkpoint: Path | None = None,
+        resume: bool = False, log=print, progress=None, listeners=(),
+        warn=lambda s: None) -> FitResult:
     """Tune ``st.system`` on ``spec`` (the training slice) by gradient.
 
     Adam climbs the relaxed log objective while the temperature anneals from the warmest
@@ -184,17 +227,24 @@ def fit(spec: ScenarioSpec, st: FitSettings, *, checkpoint: Path | None = None,
     ``listeners`` receive ``(cost, theta, value)`` for every exact evaluation.
     """
     st.check()
-    prob, default = build_problem(spec, st)
+    specs = _specs(spec)
+    key = _key(specs, st)
+    if resume and (checkpoint is None or not checkpoint.exists()):
+        raise ValueError(f"--resume: there is no checkpoint at {checkpoint} to resume "
+                         "(run without --resume to start)")
+    if resume:  # read it before any work: a foreign or corrupt file fails at once
+        _peek_ckpt(checkpoint, key)
+    prob, default = build_problem(specs, st, log, warn)
     space = prob.space
     prob.listeners.extend(listeners)
     theta = space.to_theta(space.base)
     opt = optax.chain(optax.clip_by_global_norm(1.0),
                       optax.inject_hyperparams(optax.adam)(learning_rate=st.lr))
-    key = _key(spec, st)
     state = None
-    if resume and checkpoint is not None and checkpoint.exists():
+    if resume:
         state = _load_ckpt(checkpoint, key, theta, opt.init(theta))
-        log(f"resumed from {checkpoint} at step {state['step']}")
+        log(f"resumed from {checkpoint} at step {state['step']} of {st.budget} "
+            f"(gradient checks done; best exact objective so far {state['best']:.6g})")
     best = {"value": -math.inf, "theta": theta}
 
     def keep_best(cost, th, v):
@@ -209,6 +259,9 @@ def fit(spec: ScenarioSpec, st: FitSettings, *, checkpoint: Path | None = None,
         state = _initial_checks(prob, space, theta, st, log)
         state.update(theta=theta, opt_state=opt.init(theta), step=0, lr=st.lr,
                      best_theta=best["theta"], best=best["value"], history=[])
+        if checkpoint is not None:  # the checks are the fit's most expensive minute
+            _save_ckpt(checkpoint, key, state)
+            log(f"checkpoint after the gradient checks: {checkpoint}")
     best.update(value=state["best"], theta=state["best_theta"])
     floor, est = state["floor"], state["estimators"]
     t0 = max(st.temperatures[0], floor)
@@ -248,7 +301,9 @@ def fit(spec: ScenarioSpec, st: FitSettings, *, checkpoint: Path | None = None,
     return FitResult(params=space.human(space.to_params(best["theta"])),
                      default_params=space.human(default), estimators=est, floor=floor,
                      history=state["history"], best_exact=best["value"], cost=prob.cost,
-                     steps=state["step"], checks=state["checks"], unit=prob.unit)
+                     steps=state["step"], checks=state["checks"], unit=prob.unit,
+                     train_objective=prob.objective.describe(),
+                     rates=None if prob.rates is None else prob.rates.tolist())
 
 
 def _save_ckpt(path: Path, key: str, state: dict) -> None:
@@ -261,41 +316,20 @@ def _save_ckpt(path: Path, key: str, state: dict) -> None:
     write_bytes_atomic(path, serialization.msgpack_serialize(blob))
 
 
-def _load_ckpt(path: Path, key: str, theta, opt_state) -> dict:
+def _peek_ckpt(path: Path, key: str) -> dict:
     try:
         blob = serialization.msgpack_restore(path.read_bytes())
     except Exception as e:  # noqa: BLE001 - any decoding failure is a corrupt file
         raise ValueError(f"{path}: checkpoint is unreadable ({e})") from None
-    if blob.get("key") != key:
+    if not isinstance(blob, dict) or blob.get("key") != key:
         raise ValueError(f"{path}: checkpoint belongs to a different scenario or settings")
+    return blob
+
+
+def _load_ckpt(path: Path, key: str, theta, opt_state) -> dict:
+    blob = _peek_ckpt(path, key)
     template = {"theta": theta, "opt_state": opt_state, "best_theta": theta}
     arrays = serialization.from_state_dict(template, blob["arrays"])
     state = json.loads(blob["meta"])
     state.update(arrays)
     return state
-
-
-def validate(spec: ScenarioSpec, system: str, tuned: dict, default: dict, objective: str,
-             *, holdout: ScenarioSpec, seeds: int, baselines: tuple | None = None) -> dict:
-    """Exact-mode evaluation of tuned, default and every baseline of the system (its
-    ``SystemSpec.baselines``) on held-out data. ``baselines`` holds each baseline's mean
-    metrics; ``baseline`` is the strongest of them (highest mean objective)."""
-    baselines = tuple(baselines or get_system(system).baselines)
-    runs = {"tuned": [], "default": [], **{("baseline", b): [] for b in baselines}}
-    for k in range(seeds):
-        sc = build_scenario(holdout.replace(seed=holdout.seed + 1000 + k))
-        runs["tuned"].append(evaluate(sc, system, tuned, objective=objective))
-        runs["default"].append(evaluate(sc, system, default, objective=objective))
-        for b in baselines:
-            runs[("baseline", b)].append(evaluate(sc, b, {}, objective=objective))
-    out, per_base = {}, {}
-    for name, ms in runs.items():
-        summary = {k: float(np.mean([m[k] for m in ms])) for k in ms[0]}
-        summary["objective_per_seed"] = [m["objective"] for m in ms]
-        if isinstance(name, tuple):
-            per_base[name[1]] = {**summary, "system": name[1]}
-        else:
-            out[name] = summary
-    out["baselines"] = per_base
-    out["baseline"] = max(per_base.values(), key=lambda m: m["objective"])
-    return out

@@ -2,12 +2,16 @@
 
 An objective is written as a spec string: a goal, then constraints, comma-separated::
 
-    tps,migration_rate<=0.005            # the default: the ODMA papers' target
+    goodput_rps                          # the default: capacity under SLOs
+    tps,migration_rate<=0.005            # the ODMA papers' target (preset tps_mig)
     tps+2000*kv_utilization,ttft_slo_attainment>=0.9
 
 The goal is a weighted sum of metrics: any metric a registered family declares
-(``models.metric_specs``; every family reports ``completed`` and ``unserved``). Every value is multiplied by the share of requests
-served (an unserved request is a failure, not a saving) and by ``exp(-v / scale)`` for each
+(``models.metric_specs``; every family reports ``completed`` and ``unserved``) or a
+capacity metric (``tuner.capacity``: goodput, saturation throughput, computed over a
+ladder of arrival rates). Every value is multiplied by the share of requests served (an
+unserved request is a failure, not a saving; not for capacity objectives, which count it
+already) and by ``exp(-v / scale)`` for each
 constraint violated by ``v`` (scale: the bound itself, or 1 for a zero bound), so a
 feasible policy scores its goal in the goal's own unit and the penalty is smooth.
 
@@ -25,27 +29,31 @@ from dataclasses import dataclass, replace
 
 import jax.numpy as jnp
 
-__all__ = ["Objective", "parse_objective", "DEFAULT_OBJECTIVE", "PRESETS", "metric_names",
-           "is_share"]
+from tuner.capacity import CAPACITY_METRICS
 
-DEFAULT_OBJECTIVE = "tps,migration_rate<=0.005"
+__all__ = ["Objective", "parse_objective", "DEFAULT_OBJECTIVE", "PRESETS", "metric_names",
+           "is_share", "metric_spec"]
+
+DEFAULT_OBJECTIVE = "goodput_rps"
 LOG_FLOOR = 1e-9  # a goal below this (nothing served) counts as log(1e-9) in log_value
 PRESETS = {
     "default": DEFAULT_OBJECTIVE,
+    "goodput": DEFAULT_OBJECTIVE,
+    "saturation": "saturation_tps",
     "tps": "tps",
-    "tps_mig": DEFAULT_OBJECTIVE,
+    "tps_mig": "tps,migration_rate<=0.005",  # the ODMA papers' target
     "utilization": "kv_utilization",
-    "goodput": "tps,ttft_slo_attainment>=0.9,tpot_slo_attainment>=0.9",
+    "tps_slo": "tps,ttft_slo_attainment>=0.9,tpot_slo_attainment>=0.9",
     "slo": "ttft_slo_attainment+tpot_slo_attainment",
 }
 
 
 def metric_names(system: str | None = None) -> list[str]:
     """Metrics an objective may name: those ``system``'s family declares, or (None)
-    those of any registered family."""
+    those of any registered family, plus the capacity metrics (``tuner.capacity``)."""
     from models import metric_specs
 
-    return sorted(metric_specs(system))
+    return sorted(set(metric_specs(system)) | set(CAPACITY_METRICS))
 
 
 def is_share(name: str) -> bool:
@@ -54,6 +62,13 @@ def is_share(name: str) -> bool:
 
     spec = metric_specs().get(name)
     return bool(spec is not None and spec.share)
+
+
+def metric_spec(name: str):
+    """The declared unit and meaning of a metric (a family's or a capacity metric)."""
+    from models import metric_specs
+
+    return CAPACITY_METRICS.get(name) or metric_specs().get(name)
 
 
 _TERM = re.compile(r"^\s*(?:([0-9.eE+-]+)\s*\*\s*)?([a-z_0-9]+)\s*$")
@@ -87,10 +102,21 @@ class Objective:
             scale = abs(bound) if bound != 0 else 1.0  # the user's bound sets the scale
             yield jnp.maximum(viol, 0.0) / scale
 
+    @property
+    def capacity(self) -> bool:
+        """Whether the objective needs a rate ladder (names a capacity metric)."""
+        return bool(self.metrics_used() & set(CAPACITY_METRICS))
+
+    def _served(self, m: dict):
+        # a capacity metric already counts what is not served in time (and a ladder's
+        # rungs are cut at a fixed horizon, so their unserved requests are no failure)
+        if self.capacity:
+            return 1.0
+        return m["completed"] / jnp.maximum(m["completed"] + m["unserved"], 1e-9)
+
     def __call__(self, m: dict):
         value = sum(w * m[name] for w, name in self.goal)
-        served = m["completed"] / jnp.maximum(m["completed"] + m["unserved"], 1e-9)
-        value = value * served
+        value = value * self._served(m)
         for v in self._scaled_violations(m):
             value = value * jnp.exp(-v)
         return value
@@ -101,8 +127,7 @@ class Objective:
         log goal + log served - sum of scaled violations. The gradient tuner climbs this
         (same maximisers; a constraint's pull is linear in its violation)."""
         value = sum(w * m[name] for w, name in self.goal)
-        served = m["completed"] / jnp.maximum(m["completed"] + m["unserved"], 1e-9)
-        out = jnp.log(jnp.maximum(value * served, LOG_FLOOR))
+        out = jnp.log(jnp.maximum(value * self._served(m), LOG_FLOOR))
         for v in self._scaled_violations(m):
             out = out - v
         return out

@@ -27,8 +27,8 @@ FRONTS = {
     "util_migration": (("migration_rate", False), ("kv_utilization", True),
                        "KV utilisation vs migration rate"),
 }
-TABLE_METRICS = ("objective", "tps", "kv_utilization", "ttft_p99_s", "tpot_p99_s",
-                 "migration_rate", "unserved")
+TABLE_METRICS = ("objective", "goodput_rps", "saturation_tps", "tps", "kv_utilization",
+                 "ttft_p99_s", "tpot_p99_s", "migration_rate", "unserved")
 TOP = 20
 
 

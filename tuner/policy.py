@@ -17,6 +17,7 @@ __all__ = ["SCHEMA", "make_policy", "load_policy", "package_version"]
 SCHEMA = "kvtune.policy/1"
 KEYS = ("schema", "system", "hardware", "model", "params", "metrics", "objective",
         "scenario", "workload", "tuner", "version", "seed", "created")
+OPTIONAL_KEYS = ("slo", "deployment", "verdict")  # may be missing
 METRIC_SETS = ("tuned", "default", "baseline")
 
 
@@ -28,12 +29,17 @@ def package_version() -> str:
 
 
 def make_policy(*, system, params, scenario: ScenarioSpec, workload: dict, metrics: dict,
-                objective: str, tuner: dict, seed: int) -> dict:
-    """Assemble the policy document (parameters in human units)."""
+                objective: str, tuner: dict, seed: int, slo: dict | None = None,
+                deployment: dict | None = None, verdict: dict | None = None) -> dict:
+    """Assemble the policy document (parameters in human units; the SLOs it was tuned
+    for, deployment values an engineer applies (``tuner.deployment.describe``) and the
+    verdict of the validation, when given)."""
     missing = [k for k in METRIC_SETS if k not in metrics]
     if missing:
         raise ValueError(f"policy metrics lack {missing}")
-    return plain({
+    extra = {k: v for k, v in (("slo", slo), ("deployment", deployment),
+                               ("verdict", verdict)) if v is not None}
+    return plain({**extra,
         "schema": SCHEMA, "system": system, "hardware": scenario.hardware,
         "model": scenario.model, "params": params, "metrics": metrics,
         "objective": objective, "scenario": scenario.to_dict(), "workload": workload,
@@ -53,7 +59,7 @@ def load_policy(path) -> dict:
         raise ValueError(f"{path}: expected a JSON object")
     if doc.get("schema") != SCHEMA:
         raise ValueError(f"{path}: field 'schema' is {doc.get('schema')!r}, expected {SCHEMA!r}")
-    unknown = sorted(set(doc) - set(KEYS))
+    unknown = sorted(set(doc) - set(KEYS) - set(OPTIONAL_KEYS))
     missing = sorted(set(KEYS) - set(doc))
     if unknown:
         raise ValueError(f"{path}: unknown field(s) {unknown}")
@@ -64,11 +70,15 @@ def load_policy(path) -> dict:
     except ValueError as e:
         raise ValueError(f"{path}: field 'system': {e}") from None
     fields = set(ScenarioSpec.__dataclass_fields__)
-    # files written before family options name ODMA's window settings directly
-    legacy = (fields - {"block", "options"}) | {"window", "refresh_every", "refresh_check"}
+    # files written before family options name ODMA's window settings directly, and
+    # before SLOs were derived they lack slo_scale (its default applies)
+    legacy = {"window", "refresh_every", "refresh_check"}
+    optional = {"block", "options", "slo_scale"}
     sc = doc["scenario"]
-    if not isinstance(sc, dict) or set(sc) not in (fields, legacy):
-        bad = sorted(set(sc) ^ fields) if isinstance(sc, dict) else "not an object"
+    if (not isinstance(sc, dict) or set(sc) - fields - legacy
+            or (fields - optional) - set(sc)):
+        bad = (sorted((set(sc) - fields - legacy) | ((fields - optional) - set(sc)))
+               if isinstance(sc, dict) else "not an object")
         raise ValueError(f"{path}: field 'scenario' has unknown or missing keys: {bad}")
     try:
         sc = doc["scenario"] = ScenarioSpec.from_dict(sc).to_dict()

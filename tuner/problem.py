@@ -11,59 +11,98 @@ shapes): ``models.trace_guard`` checks it.
 
 from __future__ import annotations
 
+import math
 from functools import partial
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import Inputs, Workload, make_inputs, metrics, simulate
+from models import Inputs, metrics, simulate
 from models.simulate import note_trace
+from tuner.capacity import ladder_metrics
 from tuner.objectives import Objective
 from tuner.scenario import Scenario
 from tuner.space import Space
 
-__all__ = ["FD_SCHEMES", "Problem", "stack_inputs"]
+__all__ = ["AROUND", "FD_SCHEMES", "Ladder", "Problem", "measure", "plan_ladder",
+           "stack_inputs"]
 
 
 FD_SCHEMES = ("central", "forward")  # finite-difference schemes of Problem.fd
+AROUND = (0.6, 1.4, 5)  # rungs of a fit's ladder: lo, hi x the start's goodput, count
+HORIZON_CAP = 4         # a ladder's horizon: at most this x the saturation iterations
 
 
 def stack_inputs(scenarios: list[Scenario], system: str) -> Inputs:
     """The scenarios' simulator inputs for ``system``, workloads padded to one length,
     stacked along a leading axis (CRN seeds, or a sweep's scenarios)."""
     n = max(s.workload.size for s in scenarios)
-    ins = []
-    for s in scenarios:
-        wl = s.workload if s.workload.size == n else _pad(s.workload, n)
-        ins.append(make_inputs(wl, s.cfg, s.options(system), s.history))
+    ins = [s.padded(n).inputs(system) for s in scenarios]
     return jax.tree.map(lambda *xs: jnp.stack(xs), *ins)
 
 
-def _pad(wl: Workload, n: int) -> Workload:
-    k = n - wl.size
-    fill = {"arrival_s": jnp.inf, "prompt_tokens": 1, "output_tokens": 1,
-            "pred_tokens": 1.0, "pred_u": 0.0, "valid": False}
-    return Workload(**{f: jnp.concatenate([getattr(wl, f), jnp.full(k, v, getattr(
-        wl, f).dtype)]) for f, v in fill.items()})
+class Ladder(NamedTuple):
+    """The rate ladder of a capacity objective: absolute rungs (req/s, ascending,
+    shared by every scenario of a stack) and each scenario's own mean arrival rate."""
+    rates: jnp.ndarray    # [K]
+    nominal: jnp.ndarray  # [] per scenario ([S] when stacked)
 
 
-def _value_impl(theta, t, base, inputs, hw, *, space, opts, n_steps, objective):
+def measure(params, x: Inputs, hw, t, lad: Ladder, *, opts, n_steps, objective) -> dict:
+    """Metrics of one scenario in a fixed horizon of ``n_steps`` iterations: a capacity
+    objective runs the rate ladder (:func:`tuner.capacity.ladder_metrics`, one vmapped
+    call), any other objective one run at the scenario's own arrival times."""
+    def sim(xi):
+        st, _ = simulate(xi, hw, params, t, opts, n_steps)
+        return metrics(st, xi, opts)
+
+    if objective.capacity:
+        return ladder_metrics(sim, x, lad.rates, lad.nominal)
+    return sim(x)
+
+
+def plan_ladder(scenarios: list[Scenario], system: str, params: dict,
+                around=AROUND) -> tuple[np.ndarray, int, list[dict]]:
+    """Rungs and horizon of a capacity objective, from exact runs of ``params``: each
+    scenario's exact goodput ``g`` (:func:`tuner.evaluate.evaluate`); rungs geometric
+    from ``around[0] * min g`` to ``around[1] * max g`` (``around[2]`` of them); horizon
+    1.25 x the most iterations any scenario needs at its goodput, at most
+    ``HORIZON_CAP`` x its saturation run's (lower rungs are cut short and judged on
+    the requests already due, see ``models.outcomes``).
+    Returns (rates, n_steps, each scenario's exact capacity metrics)."""
+    from tuner.evaluate import evaluate
+
+    caps = [evaluate(sc, system, params, objective="goodput_rps") for sc in scenarios]
+    g = np.array([c["goodput_rps"] for c in caps])
+    lo, hi, n = around
+    rates = np.geomspace(lo * g.min(), hi * g.max(), n).astype(np.float32)
+    block = scenarios[0].spec.block
+    # at a very low goodput the run at it is nearly serial (one request at a time):
+    # cap the horizon at HORIZON_CAP x the saturation run's iterations
+    it = min(max(c["iterations"] for c in caps),
+             HORIZON_CAP * max(c["capacity"]["saturation_iterations"] for c in caps)) + 1
+    return rates, int(math.ceil(1.25 * it / block) * block), caps
+
+
+def _value_impl(theta, t, base, inputs, hw, lad, *, space, opts, n_steps, objective):
     """Mean over the CRN stack of the log objective (the differentiated surrogate), with
     the mean objective value and metrics as auxiliary outputs."""
-    def one(params, x):
-        st, _ = simulate(x, hw, params, t, opts, n_steps)
-        m = metrics(st, x, opts)
+    def one(params, x, nominal):
+        m = measure(params, x, hw, t, Ladder(lad.rates, nominal), opts=opts,
+                    n_steps=n_steps, objective=objective)
         return objective.log_value(m), objective(m), m
 
-    lv, v, m = jax.vmap(one, in_axes=(None, 0))(space.to_params(theta, base), inputs)
+    lv, v, m = jax.vmap(one, in_axes=(None, 0, 0))(space.to_params(theta, base), inputs,
+                                                   lad.nominal)
     return jnp.mean(lv), (jnp.mean(v), jax.tree.map(jnp.mean, m))
 
 
 def _counted(where, fn):
-    def impl(theta, t, base, inputs, hw, **static):
-        note_trace(where, static["opts"], theta, t, base, inputs, hw)
-        return fn(theta, t, base, inputs, hw, **static)
+    def impl(theta, t, base, inputs, hw, lad, **static):
+        note_trace(where, static["opts"], theta, t, base, inputs, hw, lad)
+        return fn(theta, t, base, inputs, hw, lad, **static)
     return impl
 
 
@@ -76,11 +115,11 @@ _grad = jax.jit(_counted("Problem.grad", jax.value_and_grad(_value_impl, has_aux
 
 
 @partial(jax.jit, static_argnames=_STATIC)
-def _batch(thetas, t, base, inputs, hw, *, space, opts, n_steps, objective):
-    note_trace("Problem.batch", opts, thetas, t, base, inputs, hw)
+def _batch(thetas, t, base, inputs, hw, lad, *, space, opts, n_steps, objective):
+    note_trace("Problem.batch", opts, thetas, t, base, inputs, hw, lad)
 
     def one(th):
-        lv, (v, _) = _value_impl(th, t, base, inputs, hw, space=space, opts=opts,
+        lv, (v, _) = _value_impl(th, t, base, inputs, hw, lad, space=space, opts=opts,
                                  n_steps=n_steps, objective=objective)
         return lv, v
 
@@ -99,23 +138,32 @@ class Problem:
     """
 
     def __init__(self, scenarios: list[Scenario], system: str, space: Space,
-                 objective: Objective, n_steps: int):
+                 objective: Objective, n_steps: int, rates=None):
         sc = scenarios[0]
         self.system, self.space, self.objective = system, space, objective
         self.n_steps, self.n_crn, self.n_slots = n_steps, len(scenarios), sc.cfg.n_slots
         self.cost = 0.0  # simulated request-iterations spent (slots x iterations)
         self.listeners = []
         objective.check_metrics(system)
+        if objective.capacity and rates is None:
+            raise ValueError(f"objective {objective.spec!r} needs a rate ladder "
+                             "(tuner.problem.plan_ladder)")
+        # a ladder of K rungs runs K + 1 simulations (the saturation rung) per scenario
+        self.n_rungs = len(rates) + 1 if objective.capacity else 1
+        self.rates = None if rates is None else np.asarray(rates, np.float32)
         inputs = stack_inputs(scenarios, system)
         opts = sc.options(system)
+        lad = Ladder(jnp.asarray(self.rates if objective.capacity else np.ones(1),
+                                 jnp.float32),
+                     jnp.asarray([s.nominal_rps for s in scenarios], jnp.float32))
 
-        self._args = (space.base, inputs, sc.hw)
+        self._args = (space.base, inputs, sc.hw, lad)
         self._static = dict(space=space, opts=opts, n_steps=n_steps, objective=objective)
 
     @property
     def unit(self) -> int:
         """Request-iterations of one evaluation (the benchmark's budget unit)."""
-        return self.n_crn * self.n_steps * self.n_slots
+        return self.n_crn * self.n_rungs * self.n_steps * self.n_slots
 
     def _spend(self, sims: int, backward: bool = False):
         # a backward pass is counted as two forward passes

@@ -48,8 +48,9 @@ class ScenarioSpec:
     max_batch: int = 256
     max_prefill: int = 8192
     admit_window: int = 32
-    ttft_slo_s: float = 5.0
-    tpot_slo_s: float = 0.15
+    ttft_slo_s: float | None = None      # None: slo_scale x the uncontended TTFT
+    tpot_slo_s: float | None = None      # None: slo_scale x the uncontended TPOT
+    slo_scale: float = 25.0              # eLLM section 5 (after DistServe): 25x
     block: int = 16                      # iterations per scanned block
     # family options as (name, value) pairs, e.g. (("window", 10000),) for ODMA's window;
     # empty: the family's defaults
@@ -93,6 +94,36 @@ class Scenario:
     summary: dict
     fingerprint: str
     clipped_outputs: int
+    slo: dict = dataclasses.field(default_factory=dict)  # ttft_s, tpot_s, source
+    warnings: tuple = ()     # silent assumptions and overload, for the CLI to print
+
+    @property
+    def nominal_rps(self) -> float:
+        """The slice's own mean arrival rate, ``(n - 1) / span`` req/s."""
+        return float(self.summary["rate_rps"])
+
+    def padded(self, n: int) -> "Scenario":
+        """The same requests padded with invalid rows to ``n`` (equal shapes share
+        compiled code: validation pads every window to the whole slice)."""
+        wl = self.workload
+        k = n - wl.size
+        if k < 0:
+            raise ValueError(f"cannot pad {wl.size} requests to {n}")
+        if k == 0:
+            return self
+        fill = {"arrival_s": jnp.inf, "prompt_tokens": 1, "output_tokens": 1,
+                "pred_tokens": 1.0, "pred_u": 0.0, "valid": False}
+        wl = Workload(**{f: jnp.concatenate([getattr(wl, f), jnp.full(k, v, getattr(
+            wl, f).dtype)]) for f, v in fill.items()})
+        return dataclasses.replace(self, workload=wl)
+
+    def at_rate(self, rate: float) -> "Scenario":
+        """The same requests with the arrival pattern rescaled to mean ``rate`` req/s
+        (``math.inf``: every request at once)."""
+        wl = self.workload
+        factor = 0.0 if rate == float("inf") else self.nominal_rps / float(rate)
+        arr = jnp.where(wl.valid, wl.arrival_s * factor, jnp.inf)
+        return dataclasses.replace(self, workload=wl.replace(arrival_s=arr))
 
     def options(self, system: str, record: bool = False) -> SimOptions:
         s = self.spec
@@ -148,28 +179,64 @@ def build_scenario(spec: ScenarioSpec) -> Scenario:
     out = np.minimum(trace.output_tokens[sl], max_len)
     prompt = np.minimum(trace.prompt_tokens[sl], dep.model.max_position - max_len)
     n = len(out)
+    warnings = []
     if trace.arrival_s is not None:
         arr = arrivals.replay(trace.arrival_s[sl] - trace.arrival_s[sl].min(), spec.rate)
     else:
         arr = arrivals.poisson(n, spec.rate or DEFAULT_RATE, spec.seed)
+        warnings.append(f"trace {spec.trace} has no arrival times: arrivals are drawn "
+                        f"as a Poisson process at {spec.rate or DEFAULT_RATE:g} req/s "
+                        "(seeded); pass --rate to choose the rate")
+    if n < 2 or float(np.max(arr)) <= 0.0:
+        raise ValueError(f"trace {spec.trace}: slice [{spec.offset}, {end}) has "
+                         f"{n} request(s) spanning no time; it has no arrival rate")
     pred, u, source = _predictions(trace, out, spec, sl)
     sliced = Trace(arrival_s=arr, prompt_tokens=prompt, output_tokens=out,
                    source=trace.source, format=trace.format)
     wl = to_workload(sliced, pred_tokens=pred, pred_u=u)
     capacity = spec.capacity_tokens or dep.kv_capacity_tokens
+    roof = hardware.roofline_params(dep)
+    slo = _slos(spec, roof, np.minimum(trace.prompt_tokens, dep.model.max_position - max_len),
+                np.minimum(trace.output_tokens, max_len))
     cfg = ServerConfig(
         capacity_tokens=jnp.float32(capacity), max_batch=jnp.int32(spec.max_batch),
-        max_prefill=jnp.float32(spec.max_prefill), ttft_slo_s=jnp.float32(spec.ttft_slo_s),
-        tpot_slo_s=jnp.float32(spec.tpot_slo_s), token_scale=jnp.float32(32.0),
+        max_prefill=jnp.float32(spec.max_prefill), ttft_slo_s=jnp.float32(slo["ttft_s"]),
+        tpot_slo_s=jnp.float32(slo["tpot_s"]), token_scale=jnp.float32(32.0),
         kv_bytes_per_token=jnp.float32(dep.kv_bytes_per_token_per_device),
         n_slots=spec.n_slots, admit_window=spec.admit_window, max_len=max_len)
     history = np.minimum(trace.output_tokens[:spec.offset], max_len).astype(np.int32)
     stats = summary(sliced)
+    stats["rate_rps"] = (n - 1) / float(np.max(arr))
     digest = hashlib.sha256()
     for a in (arr, prompt, out, pred, u):
         digest.update(np.ascontiguousarray(np.asarray(a, np.float64)).tobytes())
     digest.update(json.dumps(spec.to_dict(), sort_keys=True).encode())
-    return Scenario(spec=spec, workload=wl, cfg=cfg, hw=hardware.roofline_params(dep),
+    return Scenario(spec=spec, workload=wl, cfg=cfg, hw=roof,
                     deployment=dep, history=history, prediction_source=source, summary=stats,
                     fingerprint=digest.hexdigest()[:16],
-                    clipped_outputs=int(np.sum(trace.output_tokens[sl] > max_len)))
+                    clipped_outputs=int(np.sum(trace.output_tokens[sl] > max_len)),
+                    slo=slo, warnings=tuple(warnings))
+
+
+def _slos(spec: ScenarioSpec, roof, prompt, output) -> dict:
+    """TTFT and TPOT SLOs in seconds: as given, or ``slo_scale`` times the mean
+    uncontended latency over the whole trace (each request alone on the server: its
+    prompt's prefill iteration for TTFT, one decode step at half its output for TPOT;
+    the contiguous KV read of an idle server), as eLLM section 5 defines them."""
+    if not (spec.slo_scale > 0 and np.isfinite(spec.slo_scale)):
+        raise ValueError(f"slo_scale must be a finite number > 0, got {spec.slo_scale}")
+    for name in ("ttft_slo_s", "tpot_slo_s"):
+        v = getattr(spec, name)
+        if v is not None and not (np.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be a finite number of seconds > 0, got {v}")
+    p = jnp.asarray(prompt, jnp.float32)
+    ctx = p + jnp.asarray(output, jnp.float32) / 2.0
+    big = jnp.float32(1e9)  # contiguous KV: one chunk
+    ttft0 = float(jnp.mean(hardware.iteration_time(roof, p, 0.0, 0.0, big)))
+    tpot0 = float(jnp.mean(hardware.iteration_time(roof, 0.0, 1.0, ctx, big)))
+    derived = f"{spec.slo_scale:g}x the mean uncontended latency (eLLM section 5)"
+    return {"ttft_s": spec.ttft_slo_s or spec.slo_scale * ttft0,
+            "tpot_s": spec.tpot_slo_s or spec.slo_scale * tpot0,
+            "uncontended_ttft_s": ttft0, "uncontended_tpot_s": tpot0,
+            "ttft_source": "given" if spec.ttft_slo_s else derived,
+            "tpot_source": "given" if spec.tpot_slo_s else derived}

@@ -133,18 +133,25 @@ def default_steps(sc, system: str) -> int:
     return int(math.ceil(1.25 * it / rc) * rc)
 
 
-@partial(jax.jit, static_argnames=("opts", "n_steps", "objective"))
-def _evaluate(params, hw, inputs, t, *, opts, n_steps, objective):
-    from models import metrics, simulate
-    from models.simulate import note_trace
-    note_trace("sweep", opts, params, hw, inputs, t)
+def ladders(scenarios: list, system: str) -> tuple[np.ndarray, int]:
+    """Per scenario, the rate ladder of a capacity objective around the default
+    policy's goodput (``tuner.problem.plan_ladder``), and the longest horizon."""
+    from tuner.problem import plan_ladder
+    plans = [plan_ladder([sc], system, {}) for sc in scenarios]
+    return np.stack([p[0] for p in plans]), max(p[1] for p in plans)
 
-    def one(p, h, x):
-        state, _ = simulate(x, h, p, t, opts, n_steps)
-        m = metrics(state, x, opts)
+
+@partial(jax.jit, static_argnames=("opts", "n_steps", "objective"))
+def _evaluate(params, hw, inputs, lad, t, *, opts, n_steps, objective):
+    from models.simulate import note_trace
+    from tuner.problem import measure
+    note_trace("sweep", opts, params, hw, inputs, lad, t)
+
+    def one(p, h, x, la):
+        m = measure(p, x, h, t, la, opts=opts, n_steps=n_steps, objective=objective)
         return {**m, "objective": objective(m)}
 
-    return jax.vmap(one)(params, hw, inputs)
+    return jax.vmap(one)(params, hw, inputs, lad)
 
 
 def _stack(trees, dtype=None):
@@ -159,12 +166,14 @@ def _put(tree, idx, sharding):
 
 def run_sweep(scenarios: list, system: str, param_sets: list[dict], *, n_steps: int,
               temperature: float = 0.0, objective: str | None = None,
-              batch: int = 256, devices=None, progress=None) -> list[dict]:
+              batch: int = 256, devices=None, progress=None, rates=None) -> list[dict]:
     """Rows of metrics per (parameter set, scenario) point, parameter-major; chunks of
-    ``batch`` points (a multiple of the device count) are sharded over ``devices``."""
+    ``batch`` points (a multiple of the device count) are sharded over ``devices``.
+    A capacity objective runs each scenario's rate ladder (``rates``, [scenarios, K]
+    req/s; default :func:`ladders`)."""
     from models import get_system
     from tuner.objectives import parse_objective
-    from tuner.problem import stack_inputs
+    from tuner.problem import Ladder, stack_inputs
     spec, obj, n_sc = get_system(system), parse_objective(objective), len(scenarios)
     obj.check_metrics(system)
     if not scenarios or not param_sets or n_steps < 1 or batch < 1:
@@ -174,8 +183,13 @@ def run_sweep(scenarios: list, system: str, param_sets: list[dict], *, n_steps: 
     if len(static) > 1 or any(s.options(system) != opts for s in scenarios):
         raise ValueError(f"scenarios differ in static settings {sorted(static)}")
     sets = _validated(spec, param_sets, scenarios[0].cfg.max_len)
+    if obj.capacity and rates is None:
+        rates, _ = ladders(scenarios, system)
+    rates = np.ones((n_sc, 1), np.float32) if rates is None else np.asarray(rates,
+                                                                              np.float32)
+    lad = Ladder(rates, np.asarray([s.nominal_rps for s in scenarios], np.float32))
     per_sc = (_stack([s.hw for s in scenarios], np.float32),
-              jax.tree.map(np.asarray, stack_inputs(scenarios, system)))
+              jax.tree.map(np.asarray, stack_inputs(scenarios, system)), lad)
     params, n_points = _stack(sets, np.float32), len(sets) * n_sc
     devices = list(devices if devices is not None else jax.devices())
     mesh = Mesh(np.array(devices), ("sweep",))
@@ -254,9 +268,14 @@ def _plan(args):
     max_len, rc = scs[0].cfg.max_len, scs[0].spec.block
     sets = (random_points(args.system, args.random, args.seed or 0, max_len)
             if args.random is not None else grid_points(args.system, grid, max_len))
-    steps = (-(-args.steps // rc) * rc if args.steps is not None
-             else default_steps(scs[0], args.system))
-    return scs, sets, steps, temp, objective
+    rates = None
+    if parse_objective(objective).capacity:
+        rates, steps = ladders(scs, args.system)
+    else:
+        steps = default_steps(scs[0], args.system)
+    if args.steps is not None:
+        steps = -(-args.steps // rc) * rc
+    return scs, sets, steps, temp, objective, rates
 
 
 def main(argv=None) -> int:
@@ -264,12 +283,12 @@ def main(argv=None) -> int:
     try:
         init_distributed(hosts.coordinator, hosts.num_processes, hosts.process_id)
         args = _args(argv)
-        scs, sets, steps, temp, objective = _plan(args)
+        scs, sets, steps, temp, objective, rates = _plan(args)
         t0 = time.perf_counter()
         with tqdm(total=len(sets) * len(scs), desc="sweep", unit="pt", file=sys.stderr,
                   disable=args.quiet or jax.process_index() != 0) as bar:
             rows = run_sweep(scs, args.system, sets, n_steps=steps, temperature=temp,
-                             objective=objective, batch=args.batch,
+                             objective=objective, batch=args.batch, rates=rates,
                              progress=lambda done, n: bar.update(done - bar.n))
         wall = time.perf_counter() - t0
         if jax.process_index() != 0:

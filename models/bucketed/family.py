@@ -1,12 +1,13 @@
 """The bucketed family as a plug-in (``models.family``): options, inputs, initial state,
-the step, ODMA's window sink and refresh, the run-until-done test and its metrics."""
+the step, ODMA's window sink and refresh, the run-until-done test, its metrics and the
+derived deployment values (bucket bounds, pool sizes, reservation rules)."""
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
 
-from models.bucketed import window
+from models.bucketed import memory, window
 from models.bucketed.policies import get_policy
 from models.bucketed.state import (BucketAcc, BucketOptions, BucketRecord, BucketSlots,
                                    SimState)
@@ -49,13 +50,7 @@ class _Bucketed:
 
     def init(self, inputs: Inputs, params, t, opts: SimOptions) -> SimState:
         wl, cfg, pol = inputs.wl, inputs.cfg, get_policy(opts.system)
-        ring = inputs.extra
-        if pol.adaptive_bounds:
-            if ring is None:
-                ring = window.prior(wl, opts.family.window, cfg.max_len)
-            if jnp.shape(ring) != (opts.family.window,):
-                raise ValueError(f"{opts.system}: window prior must have shape "
-                                 f"({opts.family.window},), got {jnp.shape(ring)}")
+        ring = _prior_ring(inputs, opts) if pol.adaptive_bounds else inputs.extra
         n_bounds = int(np.shape(params.get("levels", params.get("bounds", [0.0])))[0])
         win = window.init_window(ring, params, t, cfg, pol.adaptive_bounds, n_bounds)
         rec = init_record(wl.size, BucketRecord) if opts.record else None
@@ -93,6 +88,132 @@ class _Bucketed:
             "migration_rate": acc.overflows / done,
             "accuracy": acc.fit / done,
         }
+
+    def deployment(self, inputs: Inputs, params, opts: SimOptions) -> dict:
+        """What a real server of ``opts.system`` is configured with, at the start of a
+        run (exact mode), in tokens and bytes per device (plain JSON values):
+
+        ``max_len_tokens``, ``kv_bytes_per_token_per_device``; ``bucket_bounds_tokens``
+        (adaptive systems: the window prior's quantiles at ``levels``; else the
+        ``bounds`` parameter; paged: ``[block_size]``; otherwise ``[max_len]``);
+        ``bucket_levels`` and ``window`` (adaptive systems); ``pools`` (``normal`` and,
+        with a large pool, ``large``: ``tokens``, ``bytes_per_device``); ``reservation``:
+        the admission/overflow/resume rules as formulas over ``prompt``, ``generated``,
+        ``L_hat`` (the predicted output tokens), ``u`` (its uncertainty in [0, 1]) and
+        the values above, with the numeric parameters they use.
+        """
+        cfg, pol = inputs.cfg, get_policy(opts.system)
+        max_len = int(cfg.max_len)
+        kv_bytes = float(cfg.kv_bytes_per_token)
+        out = {"max_len_tokens": max_len, "kv_bytes_per_token_per_device": _real(kv_bytes)}
+        if pol.adaptive_bounds:
+            win = window.init_window(_prior_ring(inputs, opts), params, jnp.float32(0.0),
+                                     cfg, True, 0)
+            out["bucket_bounds_tokens"] = _tokens(win.bounds)
+            out["bucket_levels"] = _real(params["levels"])
+            out["window"] = {"size": int(opts.family.window),
+                             "refresh_every": int(opts.family.refresh_every)}
+        elif "bounds" in params:
+            out["bucket_bounds_tokens"] = _tokens(params["bounds"])
+        elif "block_size" in params:
+            out["bucket_bounds_tokens"] = [_tokens(params["block_size"])]
+        else:
+            out["bucket_bounds_tokens"] = [max_len]
+        normal, large = memory.pool_sizes(cfg, params, pol)
+        out["pools"] = {"normal": _pool(normal, kv_bytes)}
+        if pol.large_pool:
+            out["pools"]["large"] = {**_pool(large, kv_bytes),
+                                     "share_of_capacity": _real(params["large_share"])}
+        out["reservation"] = _rules(pol, params)
+        return out
+
+
+def _prior_ring(inputs: Inputs, opts: SimOptions):
+    """An adaptive system's window at the start: the family inputs' prior, else the
+    prior from the workload's predictions."""
+    ring = inputs.extra
+    if ring is None:
+        ring = window.prior(inputs.wl, opts.family.window, inputs.cfg.max_len)
+    if jnp.shape(ring) != (opts.family.window,):
+        raise ValueError(f"{opts.system}: window prior must have shape "
+                         f"({opts.family.window},), got {jnp.shape(ring)}")
+    return ring
+
+
+def _tokens(x):
+    """Token counts (scalar or array) as ints where integral, else floats."""
+    v = np.asarray(x, np.float64)
+    if v.ndim:
+        return [_tokens(e) for e in v]
+    f = float(v)
+    return int(f) if f.is_integer() else float(f"{f:.8g}")
+
+
+def _real(x):
+    """Float32 values as plain floats without float32 noise (7 significant digits)."""
+    v = np.asarray(x, np.float64)
+    if v.ndim:
+        return [_real(e) for e in v]
+    return float(f"{float(v):.7g}")
+
+
+def _pool(tokens, kv_bytes: float) -> dict:
+    n = _tokens(tokens)
+    return {"tokens": n, "bytes_per_device": _tokens(n * kv_bytes)}
+
+
+# Operational meaning of each rule (formulas, no prose): the admission rule by the
+# policy's ``reserve`` function, the overflow rule by its ``on_overflow``, resume by
+# ``need_resume``. ``reservation_tokens`` are output tokens; a slot holds
+# ``prompt + reservation_tokens`` KV tokens.
+_BUCKET = "min{b in bucket_bounds_tokens : b >= ceil(estimate_tokens)}, else max_len"
+_RESERVE = {
+    memory.reserve_max_len: {"reservation_tokens": "max_len"},
+    memory.reserve_block: {
+        "reservation_tokens": "ceil((prompt + 1) / block_size) * block_size - prompt"},
+    memory.reserve_bucket: {"estimate_tokens": "L_hat", "reservation_tokens": _BUCKET},
+    memory.reserve_routed: {
+        "estimate_tokens": "L_hat * (1 + gamma * u)", "reservation_tokens": _BUCKET,
+        "large_pool_if": "u > tau or ceil(estimate_tokens) > max(bucket_bounds_tokens)",
+        "large_pool_reservation_tokens": "max_len"},
+}
+_OVERFLOW = {
+    memory.grow_block: {"on_overflow": "grow by block_size tokens; pool full: preempt "
+                                       "(recompute)"},
+    memory.migrate: {"on_overflow": "migrate to prompt + max_len (copy the context); "
+                                    "pool full: preempt"},
+}
+_RESUME = {
+    memory.resume_block: "ceil((prompt + generated + 1) / block_size) * block_size",
+    memory.resume_max_len: "prompt + max_len",
+}
+
+
+def _rules(pol, params) -> dict:
+    rules = {"kv_held_tokens": "prompt + reservation_tokens",
+             **_RESERVE.get(pol.reserve, {})}
+    if pol.on_overflow is not None:
+        rules.update(_OVERFLOW.get(pol.on_overflow, {}))
+        if pol.on_overflow is memory.migrate and pol.large_pool:
+            rules["on_overflow"] = ("migrate to prompt + max_len in the large pool (copy "
+                                    "the context); large pool full: stall while another "
+                                    "request holds large-pool memory, else preempt")
+    else:
+        rules["on_overflow"] = None
+    if pol.preempts and pol.need_resume in _RESUME:
+        rules["resume_kv_tokens"] = _RESUME[pol.need_resume]
+    if pol.adaptive_bounds:
+        rules["bucket_bounds_refresh"] = ("min{x : share of window <= x >= level} for "
+                                          "each level in bucket_levels, every "
+                                          "refresh_every completions")
+    for name in ("gamma", "tau"):
+        if name in params:
+            rules[name] = _real(params[name])
+    if "block_size" in params:
+        rules["block_size"] = _tokens(params["block_size"])
+    if "gamma" in params:  # u is in [0, 1]: the largest inflation of a prediction
+        rules["max_inflation"] = _real(1.0 + np.asarray(params["gamma"], np.float64))
+    return rules
 
 
 BUCKETED = _Bucketed()

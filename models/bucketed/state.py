@@ -79,6 +79,7 @@ class BucketAcc:
     queue_s: jax.Array       # [] summed queueing delay (admission - arrival)
     ttft_ok: jax.Array       # [] (soft) finished requests within the TTFT SLO
     tpot_ok: jax.Array       # [] (soft) within the TPOT SLO
+    slo_ok: jax.Array        # [] (soft) within both
     ttft_hist: jax.Array     # [141] latency histogram counts
     tpot_hist: jax.Array     # [141]
     peak_kv: jax.Array       # [] largest reserved KV tokens during an iteration

@@ -76,16 +76,17 @@ def _complete(sl: BucketSlots, acc: BucketAcc, rec: BucketRecord | None, take, c
     tpot = jnp.where(output > 1, (clock - t_first) / jnp.maximum(output - 1, 1), 0.0)
     fit = relax.soft_ge(sl.r_admit, output.astype(jnp.float32), t, cfg.token_scale,
                         margin=0.25)
+    ttft_ok = relax.soft_ge(cfg.ttft_slo_s, ttft, t, 0.1 * cfg.ttft_slo_s)
+    tpot_ok = relax.soft_ge(cfg.tpot_slo_s, tpot, t, 0.1 * cfg.tpot_slo_s)
     acc = acc.replace(
         completed=acc.completed + jnp.sum(wd),
         tokens=acc.tokens + jnp.sum(wd * output),
         actual_kv=acc.actual_kv + jnp.sum(wd * (sl.prompt + output)),
         reserved_kv=acc.reserved_kv + jnp.sum(wd * sl.peak_res),
         fit=acc.fit + jnp.sum(wd * fit),
-        ttft_ok=acc.ttft_ok + jnp.sum(wd * relax.soft_ge(
-            cfg.ttft_slo_s, ttft, t, 0.1 * cfg.ttft_slo_s)),
-        tpot_ok=acc.tpot_ok + jnp.sum(wd * relax.soft_ge(
-            cfg.tpot_slo_s, tpot, t, 0.1 * cfg.tpot_slo_s)),
+        ttft_ok=acc.ttft_ok + jnp.sum(wd * ttft_ok),
+        tpot_ok=acc.tpot_ok + jnp.sum(wd * tpot_ok),
+        slo_ok=acc.slo_ok + jnp.sum(wd * ttft_ok * tpot_ok),
     )
     fin = Finished(length=jnp.where(done, jnp.minimum(output, cfg.max_len), 0),
                    ttft=ttft, tpot=tpot, bits=pack_bits(done))

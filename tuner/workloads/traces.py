@@ -102,6 +102,14 @@ def load_trace(path, *, sample: int = 0, pattern: str = "*.jsonl") -> Trace:
         return Trace(None, prompt, out, source=str(p), format=fmt)
     kind = "datetime" if fmt == "azure" else "time"
     t = _column([r.get(t_key) for r in recs], lines, p, t_key, kind)
+    if fmt == "plain":  # a file written by hand or by a tool: no silent repairs
+        if (t < 0).any():
+            i = int(np.argmax(t < 0))
+            raise TraceError(p, lines[i], t_key, f"negative arrival time {t[i]:g} s")
+        if (np.diff(t) < 0).any():
+            i = int(np.argmax(np.diff(t) < 0)) + 1
+            raise TraceError(p, lines[i], t_key, f"arrival times are not sorted: "
+                             f"{t[i]:g} s after {t[i - 1]:g} s")
     order = np.argsort(t, kind="stable")
     t = (t[order] - t.min()) / (1000.0 if fmt == "mooncake" else 1.0)
     return Trace(t, prompt[order], out[order], source=str(p), format=fmt)

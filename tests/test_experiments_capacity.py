@@ -1,0 +1,118 @@
+"""experiments/capacity_table.py: a quick run (the fit stubbed by a policy file built
+from real parts) writes the table files, and its numbers are the policy file's."""
+
+import json
+
+import numpy as np
+import pytest
+
+from experiments import capacity_table as ct
+from tuner.atomic import write_json_atomic
+
+POLICIES = ("tuned", "default", "static", "paged")
+
+
+def _fake_fit(argv):
+    """``tuner.fit.main`` stand-in: the policy file a fit writes, from a real scenario,
+    deployment section and verdict over synthetic held-out samples (the real fit runs
+    in tests/test_fit.py and tests/test_readme.py)."""
+    from tuner.deployment import describe
+    from tuner.policy import make_policy
+    from tuner.scenario import ScenarioSpec, build_scenario
+    from tuner.validation import interval, verdict
+
+    out = argv[argv.index("--out") + 1]
+    spec = ScenarioSpec(n_requests=int(argv[argv.index("--n-requests") + 1]),
+                        n_slots=32, max_batch=32)
+    sc = build_scenario(spec)
+    mets = {}
+    for i, name in enumerate(("tuned", "default", "static", "s3", "paged")):
+        per = [4.0 + 0.1 * i, 4.2 + 0.1 * i]
+        m = {"objective": float(np.mean(per)), "goodput_rps": float(np.mean(per)),
+             "slo_attainment": 0.91, "ttft_p99_s": 2.0, "tpot_p99_s": 0.05,
+             "saturation_tps": 800.0, "samples": 2}
+        m["ci"] = {k: (interval(per) if k in ("objective", "goodput_rps") else [v, v])
+                   for k, v in m.items() if k != "samples"}
+        mets[name] = {**m, "system": name, "objective_per_sample": per,
+                      "whole_trace": {**m, "objective_per_seed": per}}
+    base = ("static", "s3", "paged")
+    ver = verdict(mets, "goodput_rps", base)
+    doc = make_policy(
+        system="odma", params={"gamma": 0.2}, scenario=spec,
+        workload={"fingerprint": sc.fingerprint, "summary": sc.summary},
+        metrics={"tuned": mets["tuned"], "default": mets["default"],
+                 "baselines": {b: mets[b] for b in base}, "baseline": mets["paged"]},
+        objective="goodput_rps", tuner={"rates_rps": [1.0]}, seed=0, slo=sc.slo,
+        deployment=describe(sc, "odma", {"gamma": 0.2}), verdict=ver)
+    write_json_atomic(out, doc)
+    return 0
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    from tuner import fit as fit_cli
+
+    out = tmp_path_factory.mktemp("capacity")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(fit_cli, "main", _fake_fit)
+    try:
+        assert ct.main(["--out", str(out), "--quick"]) == 0
+    finally:
+        mp.undo()
+    return out
+
+
+def test_files_exist_and_no_temporaries(quick_run):
+    names = sorted(p.name for p in quick_run.iterdir())
+    assert names == ["builtin.policy.json", "capacity_table.json", "capacity_table.md",
+                     "capacity_table.png"]  # no checkpoint, no .tmp left behind
+    assert quick_run.joinpath("capacity_table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_json_has_the_case_and_its_policies(quick_run):
+    res = json.loads(quick_run.joinpath("capacity_table.json").read_text())
+    doc = json.loads(quick_run.joinpath("builtin.policy.json").read_text())
+    assert res["setup"]["quick"] is True and list(res["cases"]) == ["builtin"]
+    e = res["cases"]["builtin"]
+    assert "error" not in e and e["exit_code"] == 0 and e["wall_s"] > 0
+    assert e["exported"]  # --export-anyway: written whatever the verdict
+    assert "--export-anyway" in e["fit_argv"] and "--quick" not in e["fit_argv"]
+    assert e["verdict"]["outcome"] == doc["verdict"]["outcome"] in ("win", "tie", "loss")
+    assert e["verdict"]["sentence"] == doc["verdict"]["sentence"]
+    assert e["slo"]["ttft_s"] > 0 and e["slo"]["tpot_s"] > 0
+    assert e["workload"]["requests"] == 256
+    assert e["params"] == doc["params"] and e["bucket_bounds_tokens"]
+    assert set(POLICIES) <= set(e["policies"])
+    mets = {"tuned": doc["metrics"]["tuned"], "default": doc["metrics"]["default"],
+            **doc["metrics"]["baselines"]}
+    for p in POLICIES:
+        m = e["policies"][p]
+        assert m["goodput_rps"] == mets[p]["goodput_rps"] > 0, p
+        assert m["samples"] == 2 and m["whole_trace"]["samples"] == 2, p
+        for where in (m, m["whole_trace"]):
+            lo, hi = where["goodput_rps_ci"]
+            g = where["goodput_rps"]
+            tol = 1e-9 * max(1.0, abs(g))
+            assert lo - tol <= g <= hi + tol, (p, lo, g, hi)
+        for k in ("slo_attainment", "ttft_p99_s", "tpot_p99_s", "saturation_tps"):
+            assert m[k] == mets[p][k], (p, k)
+    f = res["findings"]
+    assert [r["case"] for r in f[doc["verdict"]["outcome"]]] == ["builtin"]
+    assert f["failed"] == []
+
+
+def test_markdown_carries_the_fits_verdict(quick_run):
+    md = quick_run.joinpath("capacity_table.md").read_text()
+    doc = json.loads(quick_run.joinpath("builtin.policy.json").read_text())
+    assert doc["verdict"]["sentence"] in md
+    assert "## Where tuning wins and where a baseline wins" in md
+    for p in POLICIES:
+        assert f"| builtin | {p} |" in md or f"| builtin | **{p}** |" in md
+
+
+def test_bad_case_name_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert ct.main(["--out", str(out), "--cases", "builtin,nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "nope" in err[0]
+    assert not out.exists() and list(tmp_path.iterdir()) == []

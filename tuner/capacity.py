@@ -1,0 +1,150 @@
+"""Capacity objectives: how much load a policy takes under SLOs, in requests per second.
+
+**Goodput** (DistServe's definition, used by eLLM section 5): the highest arrival rate at
+which at least ``TARGET`` = 90% of requests meet both the TTFT and the TPOT SLO
+(``slo_attainment``). The rate is changed by rescaling the trace's own arrival times
+(every gap by the same factor), so its burst pattern is kept. **Saturation throughput**:
+requests/s and tokens/s when every request arrives at once.
+
+Relaxed and batched form (:func:`ladder_metrics`, one code path for exact and relaxed
+mode): the simulator is ``vmap``-ped over a ladder of absolute rates ``r_1 < ... < r_K``
+plus the saturation rung; the attainment curve is the piecewise-linear interpolation of
+the rungs' attainments, anchored at ``(0, 1)`` (at no load every request meets SLOs that
+are at least its uncontended latency), and goodput is the length of the set of rates
+in ``[0, r_K]`` where the curve is at or above the target. For a curve that falls once
+this is exactly its first crossing; it is continuous and piecewise linear in the rungs'
+attainments, so the soft attainments of relaxed mode make it differentiable. Every other
+metric is reported at the goodput operating point (interpolated between the two rungs
+around it).
+
+Exact validation (:func:`exact_capacity`): runs to completion at each rung, then
+bisection (in log rate) of the bracket of the first crossing to a relative width
+``rtol``, goodput interpolated in the final bracket.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from models.family import Metric
+
+__all__ = ["CAPACITY_METRICS", "TARGET", "LADDER", "ladder_rates", "goodput_from",
+           "scale_arrivals", "ladder_metrics", "exact_capacity"]
+
+TARGET = 0.9          # share of requests within both SLOs (DistServe; eLLM section 5)
+LADDER = (0.3, 1.5, 6)  # rungs: K rates geometric from lo to hi x the saturation rate
+
+CAPACITY_METRICS = {
+    "goodput_rps": Metric("requests/s", "highest arrival rate (the trace's time pattern "
+                          "rescaled) at which >= 90% of requests meet both SLOs"),
+    "goodput_scale": Metric("x trace rate", "goodput_rps / the trace's own mean rate"),
+    "saturation_rps": Metric("requests/s", "finished requests/s when all arrive at once"),
+    "saturation_tps": Metric("tokens/s", "output tokens/s when all requests arrive at "
+                             "once (throughput at saturation)"),
+}
+
+
+def ladder_rates(saturation_rps: float, lo: float = LADDER[0], hi: float = LADDER[1],
+                 n: int = LADDER[2]) -> np.ndarray:
+    """``n`` rates geometric from ``lo`` to ``hi`` times a saturation rate."""
+    if not (math.isfinite(saturation_rps) and saturation_rps > 0):
+        raise ValueError(f"capacity ladder: saturation rate {saturation_rps!r} req/s "
+                         "must be > 0 (no request finished at saturation)")
+    return (saturation_rps * np.geomspace(lo, hi, n)).astype(np.float32)
+
+
+def goodput_from(rates, attainment, target: float = TARGET):
+    """Length of the set of rates in ``[0, r_K]`` where the piecewise-linear attainment
+    curve through ``(0, 1), (r_1, a_1), ..., (r_K, a_K)`` is ``>= target``."""
+    r = jnp.concatenate([jnp.zeros(1, jnp.float32), jnp.asarray(rates, jnp.float32)])
+    a = jnp.concatenate([jnp.ones(1, jnp.float32), jnp.asarray(attainment, jnp.float32)])
+    u, v = a[:-1] - target, a[1:] - target
+    width = r[1:] - r[:-1]
+    cross = (u >= 0) != (v >= 0)
+    frac = jnp.where(cross, jnp.maximum(u, v) / jnp.maximum(jnp.abs(u - v), 1e-9), 0.0)
+    share = jnp.where((u >= 0) & (v >= 0), 1.0, frac)
+    return jnp.sum(width * share)
+
+
+def scale_arrivals(inputs, factor):
+    """Inputs whose arrival times are multiplied by ``factor`` (0: all at once);
+    padding rows keep ``+inf``."""
+    wl = inputs.wl
+    arr = jnp.where(wl.valid, wl.arrival_s * factor, jnp.inf)
+    return inputs.replace(wl=wl.replace(arrival_s=arr))
+
+
+def ladder_metrics(run, inputs, rates, nominal_rps, target: float = TARGET) -> dict:
+    """Capacity metrics of one scenario: ``run(inputs) -> metrics`` is ``vmap``-ped over
+    the rungs ``rates`` (req/s, ascending) and a saturation rung; ``nominal_rps`` is the
+    scenario's own mean arrival rate. Returns the capacity metrics plus every metric of
+    ``run`` at the goodput operating point."""
+    rates = jnp.asarray(rates, jnp.float32)
+    factors = jnp.concatenate([nominal_rps / rates, jnp.zeros(1, jnp.float32)])
+    ms = jax.vmap(lambda f: run(scale_arrivals(inputs, f)))(factors)
+    k = rates.shape[0]
+    good = goodput_from(rates, ms["slo_attainment"][:k], target)
+    out = {name: jnp.interp(good, rates, v[:k]) for name, v in ms.items()}
+    out.update(goodput_rps=good, goodput_scale=good / nominal_rps,
+               saturation_rps=ms["requests_per_s"][k], saturation_tps=ms["tps"][k])
+    return out
+
+
+def exact_capacity(run_at, rates, nominal_rps: float, target: float = TARGET,
+                   rtol: float = 0.02, max_runs: int = 24) -> dict:
+    """Exact goodput: ``run_at(rate) -> metrics`` (a run to completion at that arrival
+    rate; ``math.inf``: all at once). Rungs first, then bisection of the first crossing.
+    Returns the metrics at the highest rate found within the target, the capacity
+    metrics, the bracket and the number of runs."""
+    runs = {}
+
+    def att(r):
+        if r not in runs:
+            runs[r] = run_at(r)
+        return runs[r]["slo_attainment"]
+
+    rates = [float(r) for r in rates]
+    lo, hi = 0.0, None
+    for r in rates:
+        if att(r) >= target:
+            lo = r
+        else:
+            hi = r
+            break
+    while hi is None and len(runs) < max_runs // 2:  # within target at the top rung
+        r = 2.0 * rates[-1] if not runs else 2.0 * max(runs)
+        if att(r) >= target:
+            lo = r
+        else:
+            hi = r
+    while lo == 0.0 and hi is not None and len(runs) < max_runs // 2:  # below the ladder
+        r = hi / 2.0
+        if att(r) >= target:
+            lo = r
+        else:
+            hi = r
+    while hi is not None and lo > 0 and hi / lo > 1.0 + rtol and len(runs) < max_runs:
+        mid = math.sqrt(lo * hi)
+        if att(mid) >= target:
+            lo = mid
+        else:
+            hi = mid
+    if hi is None:  # never missed the target: the rate is not limited by the SLOs
+        good = lo
+    else:
+        a_lo = 1.0 if lo == 0.0 else att(lo)
+        a_hi = att(hi)
+        good = lo + (a_lo - target) / max(a_lo - a_hi, 1e-9) * (hi - lo)
+    sat = run_at(math.inf)
+    at = dict(runs[lo]) if lo in runs else dict(runs[min(runs)])
+    at.update(goodput_rps=good, goodput_scale=good / nominal_rps, saturation_rps=sat["requests_per_s"],
+              saturation_tps=sat["tps"])
+    at["capacity"] = {"bracket_rps": [lo, hi], "runs": len(runs) + 1,
+                      "saturation_iterations": sat.get("iterations"),
+                      "rungs": {f"{r:.6g}": runs[r]["slo_attainment"] for r in sorted(runs)},
+                      "limited": hi is not None}
+    return at
