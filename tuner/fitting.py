@@ -167,9 +167,15 @@ def _initial_checks(prob: Problem, space: Space, theta, st: FitSettings, log) ->
     log(f"temperature floor {floor:g}")
     est = {c.label: ("relaxed" if c.sign_agrees else "fd-crn") for c in agree[floor]}
     for c in agree[floor]:
-        why = ("relaxed gradient agrees in sign with exact CRN finite differences"
-               if c.sign_agrees else "relaxed gradient has the wrong sign at the floor")
-        log(f"estimator {c.label}: {est[c.label]} ({why}; rel. error {c.rel_error:.2f})")
+        if c.exact_fd == 0.0:  # nothing to agree with: say so, not "agrees"
+            why = "exact objective flat along it (finite difference 0)"
+        elif c.sign_agrees:
+            why = ("relaxed gradient agrees in sign with exact CRN finite differences; "
+                   f"rel. error {c.rel_error:.2f}")
+        else:
+            why = ("relaxed gradient has the wrong sign at the floor; "
+                   f"rel. error {c.rel_error:.2f}")
+        log(f"estimator {c.label}: {est[c.label]} ({why})")
     log(f"exact objective at start: {v0:.6g} (n_steps {prob.n_steps})")
     return {"floor": floor, "estimators": est, "lv": m0["log_objective"],
             "checks": [[c.__dict__ for c in agree[t]] for t in st.temperatures]}
