@@ -33,7 +33,7 @@ import numpy as np
 from models.family import Metric
 
 __all__ = ["CAPACITY_METRICS", "TARGET", "LADDER", "ladder_rates", "goodput_from",
-           "scale_arrivals", "ladder_metrics", "exact_capacity"]
+           "scale_arrivals", "scale_workload", "ladder_metrics", "exact_capacity"]
 
 TARGET = 0.9          # share of requests within both SLOs (DistServe; eLLM section 5)
 LADDER = (0.3, 1.5, 6)  # rungs: K rates geometric from lo to hi x the saturation rate
@@ -70,12 +70,15 @@ def goodput_from(rates, attainment, target: float = TARGET):
     return jnp.sum(width * share)
 
 
-def scale_arrivals(inputs, factor):
-    """Inputs whose arrival times are multiplied by ``factor`` (0: all at once);
+def scale_workload(wl, factor):
+    """The workload with its arrival times multiplied by ``factor`` (0: all at once);
     padding rows keep ``+inf``."""
-    wl = inputs.wl
-    arr = jnp.where(wl.valid, wl.arrival_s * factor, jnp.inf)
-    return inputs.replace(wl=wl.replace(arrival_s=arr))
+    return wl.replace(arrival_s=jnp.where(wl.valid, wl.arrival_s * factor, jnp.inf))
+
+
+def scale_arrivals(inputs, factor):
+    """Inputs whose workload's arrival times are multiplied by ``factor``."""
+    return inputs.replace(wl=scale_workload(inputs.wl, factor))
 
 
 def ladder_metrics(run, inputs, rates, nominal_rps, target: float = TARGET) -> dict:

@@ -123,8 +123,7 @@ def main(argv=None) -> int:
         for w in whole.warnings:
             warn(w)
         slo = whole.slo
-        win = plan_windows(base.replace(ttft_slo_s=slo["ttft_s"], tpot_slo_s=slo["tpot_s"]),
-                           args.windows, args.window_requests)
+        win = win.replace_specs(ttft_slo_s=slo["ttft_s"], tpot_slo_s=slo["tpot_s"])
         st = FitSettings(system=args.system, objective=args.objective, margin=args.margin,
                          budget=args.budget, lr=args.lr, crn=args.crn, explore=args.explore,
                          check_every=args.check_every, fd_scheme=args.fd_scheme,
@@ -163,8 +162,8 @@ def main(argv=None) -> int:
         return 2
     print(f"objective {parse_objective(args.objective).spec}, held-out mean [95% interval]:")
     print("\n".join(_table(mets, list(policies), args.objective)))
-    whole = ", ".join(f"{n} {mets[n]['whole_trace']['objective']:.4g}" for n in policies)
-    print(f"whole slice ({win.whole.n_requests} requests): {whole}")
+    per = ", ".join(f"{n} {mets[n]['whole_trace']['objective']:.4g}" for n in policies)
+    print(f"whole slice ({win.whole.n_requests} requests): {per}")
     print("tuned params: " + ", ".join(f"{k}={v}" for k, v in res.params.items()))
     print(f"verdict ({ver['outcome']}): {ver['sentence']}")
     if ver["outcome"] == "loss" and not args.export_anyway:
@@ -172,7 +171,7 @@ def main(argv=None) -> int:
     from tuner.deployment import describe
     from tuner.policy import make_policy
 
-    sc = build_scenario(win.whole)
+    sc = build_scenario(win.whole)  # its SLOs pinned: the scenario the policy names
     doc = make_policy(
         system=args.system, params=res.params, scenario=win.whole,
         workload={"fingerprint": sc.fingerprint, "summary": sc.summary,

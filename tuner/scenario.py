@@ -120,10 +120,10 @@ class Scenario:
     def at_rate(self, rate: float) -> "Scenario":
         """The same requests with the arrival pattern rescaled to mean ``rate`` req/s
         (``math.inf``: every request at once)."""
-        wl = self.workload
+        from tuner.capacity import scale_workload
+
         factor = 0.0 if rate == float("inf") else self.nominal_rps / float(rate)
-        arr = jnp.where(wl.valid, wl.arrival_s * factor, jnp.inf)
-        return dataclasses.replace(self, workload=wl.replace(arrival_s=arr))
+        return dataclasses.replace(self, workload=scale_workload(self.workload, factor))
 
     def options(self, system: str, record: bool = False) -> SimOptions:
         s = self.spec

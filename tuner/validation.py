@@ -38,6 +38,12 @@ class Windows:
     share: float      # share of the slice's requests in training windows
     note: str
 
+    def replace_specs(self, **kw) -> "Windows":
+        """Every window (and the whole slice) with the scenario fields ``kw`` set."""
+        return Windows(train=tuple(s.replace(**kw) for s in self.train),
+                       holdout=tuple(s.replace(**kw) for s in self.holdout),
+                       whole=self.whole.replace(**kw), share=self.share, note=self.note)
+
 
 def trace_length(spec: ScenarioSpec) -> int:
     return len(resolve_trace(spec.trace, seed=spec.seed).output_tokens)
