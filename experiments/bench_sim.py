@@ -89,6 +89,7 @@ def _problem(n_requests: int, n_slots: int):
         max_prefill=jnp.float32(8192), ttft_slo_s=jnp.float32(5.0),
         tpot_slo_s=jnp.float32(0.15), token_scale=jnp.float32(32.0),
         kv_bytes_per_token=jnp.float32(dep.kv_bytes_per_token_per_device),
+        watermark_tokens=jnp.float32(0.01 * dep.kv_capacity_tokens),
         n_slots=n_slots, admit_window=32, max_len=max_len)
     return wl, cfg, hardware.roofline_params(dep)
 

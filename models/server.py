@@ -54,9 +54,15 @@ class ServerConfig:
     tpot_slo_s: jax.Array        # [] TPOT SLO for the attainment metric
     token_scale: jax.Array       # [] tokens per unit temperature in token comparisons
     kv_bytes_per_token: jax.Array  # [] per device, for migration copies
+    watermark_tokens: jax.Array  # [] KV tokens a paged admission must leave free (vLLM
+    #                              v0 block manager: 1% of the blocks)
     n_slots: int = struct.field(pytree_node=False, default=256)
     admit_window: int = struct.field(pytree_node=False, default=16)
     max_len: int = struct.field(pytree_node=False, default=4096)
+    # scheduler: False = vLLM v0 default (prefill-only iterations, whole prompts under
+    # the token budget); True = chunked prefill (vLLM V1: decodes first, prompts chunked
+    # to fill the rest of the token budget). docs/server-semantics.md.
+    chunked: bool = struct.field(pytree_node=False, default=False)
 
 
 @struct.dataclass

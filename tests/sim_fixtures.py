@@ -37,13 +37,14 @@ def trace_workload(name: str, start: int, n: int, *, max_len: int, seed: int = 0
 
 
 def config(capacity, *, n_slots=32, admit_window=8, max_len=1024, max_batch=None,
-           max_prefill=4096.0):
+           max_prefill=4096.0, watermark=0.0, chunked=False):
     return ServerConfig(
         capacity_tokens=jnp.float32(capacity),
         max_batch=jnp.int32(max_batch or n_slots), max_prefill=jnp.float32(max_prefill),
         ttft_slo_s=jnp.float32(5.0), tpot_slo_s=jnp.float32(0.2),
         token_scale=jnp.float32(32.0), kv_bytes_per_token=jnp.float32(KVB),
-        n_slots=n_slots, admit_window=admit_window, max_len=max_len)
+        watermark_tokens=jnp.float32(watermark),
+        n_slots=n_slots, admit_window=admit_window, max_len=max_len, chunked=chunked)
 
 
 def params_for(kind, max_len, **over):

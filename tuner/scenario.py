@@ -203,6 +203,7 @@ def build_scenario(spec: ScenarioSpec) -> Scenario:
         max_prefill=jnp.float32(spec.max_prefill), ttft_slo_s=jnp.float32(slo["ttft_s"]),
         tpot_slo_s=jnp.float32(slo["tpot_s"]), token_scale=jnp.float32(32.0),
         kv_bytes_per_token=jnp.float32(dep.kv_bytes_per_token_per_device),
+        watermark_tokens=jnp.float32(np.floor(0.01 * capacity)),
         n_slots=spec.n_slots, admit_window=spec.admit_window, max_len=max_len)
     history = np.minimum(trace.output_tokens[:spec.offset], max_len).astype(np.int32)
     stats = summary(sliced)
