@@ -37,9 +37,14 @@ CORE_METRICS = {
                              share=True),
     "makespan_s": Metric("s", "first arrival to the last iteration's end"),
     "iterations": Metric("iterations", "iterations with work"),
+    "kv_occupancy": Metric("share of capacity", "time-weighted mean KV tokens held / "
+                           "capacity over the makespan (Vidur's mean KV memory use)",
+                           share=True),
     "ttft_p50_s": Metric("s", "median time to first token"),
+    "ttft_p90_s": Metric("s", "90th-percentile time to first token"),
     "ttft_p99_s": Metric("s", "99th-percentile time to first token"),
     "tpot_p50_s": Metric("s", "median time per output token"),
+    "tpot_p90_s": Metric("s", "90th-percentile time per output token"),
     "tpot_p99_s": Metric("s", "99th-percentile time per output token"),
 }
 
@@ -80,6 +85,7 @@ def core_metrics(state, inputs: Inputs) -> dict:
         "slo_attainment": attained(acc.slo_ok),
         "makespan_s": span,
         "iterations": acc.iters,
+        "kv_occupancy": acc.res_token_s / (span * cfg.capacity_tokens),
     }
     if state.rec is not None:
         rec = state.rec
@@ -89,10 +95,10 @@ def core_metrics(state, inputs: Inputs) -> dict:
                          (rec.finish_s - rec.first_s) / jnp.maximum(wl.output_tokens - 1, 1),
                          jnp.nan)
         for name, v in (("ttft", ttft), ("tpot", tpot)):
-            out[f"{name}_p50_s"] = jnp.nanpercentile(v, 50.0)
-            out[f"{name}_p99_s"] = jnp.nanpercentile(v, 99.0)
+            for q in (50, 90, 99):
+                out[f"{name}_p{q}_s"] = jnp.nanpercentile(v, float(q))
     else:
         for name, h in (("ttft", acc.ttft_hist), ("tpot", acc.tpot_hist)):
-            out[f"{name}_p50_s"] = hist_quantile(h, 0.5)
-            out[f"{name}_p99_s"] = hist_quantile(h, 0.99)
+            for q in (50, 90, 99):
+                out[f"{name}_p{q}_s"] = hist_quantile(h, q / 100.0)
     return out

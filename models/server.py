@@ -87,7 +87,8 @@ def slot_fields(n: int, cls=Slots) -> dict:
     zf = jnp.zeros(n, jnp.float32)
     out = {}
     for f in dataclasses.fields(cls):
-        out[f.name] = zi if f.name in ("status", "prompt", "output", "gen") else zf
+        ints = ("status", "prompt", "output", "gen", "todo", "order")
+        out[f.name] = zi if f.name in ints else zf
     out["req"] = zi - 1
     return out
 
@@ -117,6 +118,7 @@ class Acc:
     max_use: jax.Array       # [] largest used/size over pools and iterations
     busy_s: jax.Array        # [] summed iteration time
     iters: jax.Array         # [] iterations with work
+    res_token_s: jax.Array   # [] KV tokens held x seconds (time-weighted occupancy)
 
 
 def init_acc(cls=Acc):

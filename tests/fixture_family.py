@@ -56,7 +56,8 @@ class Toy:
             slo_ok=a.slo_ok + w * (ttft <= cfg.ttft_slo_s) * (tpot <= cfg.tpot_slo_s),
             peak_kv=jnp.maximum(a.peak_kv, w * need),
             max_use=jnp.maximum(a.max_use, w * need / cfg.capacity_tokens),
-            busy_s=a.busy_s + w * out * tpot, iters=a.iters + w)
+            busy_s=a.busy_s + w * out * tpot, iters=a.iters + w,
+            res_token_s=a.res_token_s + w * need * out * tpot)
         rec = st.rec
         if rec is not None:
             j = jnp.where(serve, i, wl.size)

@@ -53,23 +53,25 @@ def params_for(kind, max_len, **over):
     return {k: jnp.asarray(v) for k, v in p.items()}
 
 
-def opts_for(kind, record=True):
-    return make_options(kind, record=record, window=256, refresh_every=32, block=4)
+def opts_for(kind, record=True, **family):
+    return make_options(kind, record=record, window=256, refresh_every=32, block=4,
+                        **family)
 
 
-def run_jax(wl, cfg, kind, params, record=True, t=0.0):
-    opts = opts_for(kind, record)
+def run_jax(wl, cfg, kind, params, record=True, t=0.0, **family):
+    opts = opts_for(kind, record, **family)
     inputs = make_inputs(wl, cfg, opts)
     st = simulate_until_done(inputs, HW, params, opts, t=t, chunk_blocks=32)
     return st, {k: float(v) for k, v in metrics(st, inputs, opts).items()}
 
 
-def run_reference(wl, cfg, kind, params):
-    def it(p, d, c, k, cb):
+def run_reference(wl, cfg, kind, params, **family):
+    def it(p, d, c, k, cb, pairs):
         f = np.float32
-        return hardware.iteration_time(HW32, f(p), f(d), f(c), f(k), f(cb))
+        return hardware.iteration_time(HW32, f(p), f(d), f(c), f(k), f(cb),
+                                       prefill_ctx_tokens=f(pairs))
 
-    opts = opts_for(kind)
+    opts = opts_for(kind, **family)
     return simulate_reference(
         np.asarray(wl.arrival_s), np.asarray(wl.prompt_tokens),
         np.asarray(wl.output_tokens), np.asarray(wl.pred_tokens), np.asarray(wl.pred_u),
@@ -80,4 +82,5 @@ def run_reference(wl, cfg, kind, params):
         admit_window=cfg.admit_window, max_len=cfg.max_len, iteration_time=it,
         kv_bytes_per_token=KVB, contiguous_chunk_tokens=cfg.max_len,
         window=opts.family.window, refresh_every=opts.family.refresh_every,
-        refresh_check=opts.block)
+        refresh_check=opts.block, watermark=float(cfg.watermark_tokens),
+        chunked=cfg.chunked, large_borrow=opts.family.large_borrow)

@@ -18,11 +18,15 @@ CASES = [
                                                              "tau": 0.7}),
     ("paged", "mooncake-conversation.jsonl", 100, 120, 50000, {"block_size": 32}),
 ]
+# server settings per case: vLLM v0 scheduler with the 1% watermark, chunked prefill
+SERVER = [{}, {"watermark": 200.0}, {"chunked": True}, {}, {"chunked": True},
+          {"watermark": 500.0, "chunked": True, "max_prefill": 512.0}]
+FAMILY = [{}, {}, {}, {"large_borrow": False}, {}, {}]  # odma borrows by default
 
 
-def _compare(wl, cfg, kind, params):
-    st, m = run_jax(wl, cfg, kind, params)
-    ref = run_reference(wl, cfg, kind, params)
+def _compare(wl, cfg, kind, params, **family):
+    st, m = run_jax(wl, cfg, kind, params, **family)
+    ref = run_reference(wl, cfg, kind, params, **family)
     n = int(np.sum(np.asarray(wl.valid)))
     np.testing.assert_array_equal(np.asarray(st.rec.admit_iter)[:n], ref["admit_iter"][:n])
     np.testing.assert_array_equal(np.asarray(st.rec.finish_iter)[:n],
@@ -31,6 +35,9 @@ def _compare(wl, cfg, kind, params):
                                rtol=1e-6)
     for key in ("migrations", "preemptions", "stalls", "unserved", "peak_kv_tokens"):
         assert m[key] == ref[key], key
+    np.testing.assert_allclose(np.asarray(st.rec.first_s)[:n], ref["first_token_s"][:n],
+                               rtol=1e-6)
+    assert float(st.acc.res_token_s) == pytest.approx(ref["res_token_s"], rel=1e-4)
     for key in ("kv_utilization", "tps", "accuracy"):
         if np.isfinite(ref[key]):
             assert m[key] == pytest.approx(ref[key], rel=1e-5), key
@@ -39,11 +46,13 @@ def _compare(wl, cfg, kind, params):
 
 
 @pytest.mark.needs_traces(*sorted({case[1] for case in CASES}))
-@pytest.mark.parametrize("kind,trace,start,n,cap,extra", CASES)
-def test_exact_matches_reference_on_real_traces(kind, trace, start, n, cap, extra):
+@pytest.mark.parametrize("kind,trace,start,n,cap,extra,server,family",
+                         [c + (s, f) for c, s, f in zip(CASES, SERVER, FAMILY)])
+def test_exact_matches_reference_on_real_traces(kind, trace, start, n, cap, extra, server,
+                                                family):
     wl = trace_workload(trace, start, n, max_len=1024, pad_to=256)
-    cfg = config(cap)
-    m = _compare(wl, cfg, kind, params_for(kind, 1024, **extra))
+    cfg = config(cap, **server)
+    m = _compare(wl, cfg, kind, params_for(kind, 1024, **extra), **family)
     assert m["completed"] + m["unserved"] == n
     assert m["max_pool_use"] <= 1.0
 
@@ -66,8 +75,12 @@ def small_cases(draw):
         extra = {"block_size": draw(st.sampled_from([1, 8, 16, 64]))}
     wl = make_workload(np.cumsum(gaps), prompt, output,
                        np.maximum(np.asarray(output) * np.asarray(ratio), 1.0), u, pad_to=48)
-    return wl, config(cap, n_slots=16, admit_window=4, max_len=256, max_prefill=600.0), \
-        kind, params_for(kind, 256, **extra), n
+    server = {"chunked": draw(st.booleans()),
+              "watermark": float(draw(st.sampled_from([0, 0, 16, 100]))),
+              "max_prefill": float(draw(st.sampled_from([600, 600, 64])))}
+    family = {"large_borrow": draw(st.booleans())} if kind == "odma" else {}
+    return wl, config(cap, n_slots=16, admit_window=4, max_len=256, **server), \
+        kind, params_for(kind, 256, **extra), n, family
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -75,10 +88,10 @@ def small_cases(draw):
 def test_properties_and_parity_on_random_workloads(case):
     """Memory within capacity, every request accounted for, deterministic, and equal
     to the reference, on random small workloads for all four systems."""
-    wl, cfg, kind, params, n = case
-    m = _compare(wl, cfg, kind, params)
+    wl, cfg, kind, params, n, family = case
+    m = _compare(wl, cfg, kind, params, **family)
     assert 0.0 <= m["max_pool_use"] <= 1.0 + 1e-6
     assert m["completed"] + m["unserved"] == n
     assert m["unserved"] == m["dropped"]  # runs to completion: only drops go unserved
-    _, again = run_jax(wl, cfg, kind, params)
+    _, again = run_jax(wl, cfg, kind, params, **family)
     np.testing.assert_equal(again, m)

@@ -20,14 +20,17 @@ from reference_bucketed import initial_ring, odma_quantiles, simulate_reference 
 
 
 class Recorder:
-    """iteration_time = base + per_seq * decode_seqs; records every call."""
+    """iteration_time = base + per_seq * decode_seqs; records every call (the first five
+    arguments in ``calls``, the attended prefill query-key pairs in ``pairs``)."""
 
     def __init__(self, base=1.0, per_seq=0.0):
         self.base, self.per_seq = base, per_seq
         self.calls = []
+        self.pairs = []
 
-    def __call__(self, prefill, decode_seqs, decode_ctx, kv_chunk, copy_bytes):
+    def __call__(self, prefill, decode_seqs, decode_ctx, kv_chunk, copy_bytes, pairs=None):
         self.calls.append((prefill, decode_seqs, decode_ctx, kv_chunk, copy_bytes))
+        self.pairs.append(pairs)
         return self.base + self.per_seq * decode_seqs
 
 
@@ -62,20 +65,23 @@ def test_static_reservation_blocks_until_completion():
     # C=100, max_len=40: static reserves prompt+40 = 50 per request -> only two fit.
     # iter0 t=0: admit r0 (slot0), r1 (slot1): used 100; r2 needs 50 > 0 -> stop.
     #   prefill 20, no decode; dt = 0.5 -> t=0.5. first tokens: gen 1, 1.
-    # iter1: decode r0, r1 (ctx 11 + 11 = 22), dt = 0.5 + 0.25*2 = 1.0 -> t=1.5;
+    # iter1: r2 needs 50 > 0 -> nothing admitted, so the running requests decode:
+    #   r0, r1 (ctx 11 + 11 = 22), dt = 0.5 + 0.25*2 = 1.0 -> t=1.5;
     #   r1 reaches gen 2 == output -> finishes (iter 1, 1.5); frees 50.
-    # iter2: admit r2 into slot1 (lowest free); r0 decodes (ctx 12); prefill 10;
-    #   dt = 0.75 -> t=2.25; r0 gen 3 == output -> finishes (iter 2). r2 first token 2.25.
-    # iter3: r2 decodes (ctx 11), dt = 0.75 -> t=3.0; r2 finishes (iter 3).
+    # iter2: admit r2 into slot1 (lowest free). v0: an iteration that prefills does not
+    #   decode, so r0 waits (gen stays 2). prefill 10, dt = 0.5 -> t=2.0; r2 first token 2.0.
+    # iter3: nothing to admit: r0 (ctx 12) and r2 (ctx 11) decode, ctx 23, dt = 1.0 -> t=3.0;
+    #   r0 gen 3 == output and r2 gen 2 == output -> both finish (iter 3, 3.0).
+    # kv_utilization = (13 + 12 + 12) / 150; tps = 7 tokens / 3.0 s.
     timer = Recorder(base=0.5, per_seq=0.25)
     out, _ = run("static", [10, 10, 10], [3, 2, 2], capacity=100, max_len=40,
                  timer=timer, chunk=4096)
     assert out["admit_iter"].tolist() == [0, 0, 2]
-    assert out["finish_iter"].tolist() == [2, 1, 3]
-    assert out["first_token_s"].tolist() == [0.5, 0.5, 2.25]
-    assert out["finish_s"].tolist() == [2.25, 1.5, 3.0]
+    assert out["finish_iter"].tolist() == [3, 1, 3]
+    assert out["first_token_s"].tolist() == [0.5, 0.5, 2.0]
+    assert out["finish_s"].tolist() == [3.0, 1.5, 3.0]
     assert timer.calls == [(20, 0, 0, 4096, 0.0), (0, 2, 22, 4096, 0.0),
-                           (10, 1, 12, 4096, 0.0), (0, 1, 11, 4096, 0.0)]
+                           (10, 0, 0, 4096, 0.0), (0, 2, 23, 4096, 0.0)]
     assert out["iterations"] == 4 and out["clock"] == 3.0
     assert out["reserved_final"].tolist() == [50, 50, 50]
     assert out["r_admit"].tolist() == [40, 40, 40]
@@ -224,23 +230,31 @@ def test_s3_migration_in_shared_pool():
 def test_max_prefill_and_max_batch_caps():
     # static, max_len 5, C 1000, 4 slots, max_batch 3, max_prefill 10, outputs 2.
     # prompts [12, 4, 2, 3, 1].
-    # iter0: r0 (12 > 10 but the first admission is exempt); r1: 12+4 > 10 -> stop.
-    # iter1: r1 (4), r2 (4+2=6 <= 10); r3: running 1 + admitted 2 = 3, not < 3 -> stop.
-    #   r0 gen 2 -> done.
-    # iter2: running 2: r3 admitted (2+0 < 3); r4: 2+1 not < 3 -> stop. r1, r2 done.
-    # iter3: running 1: r4 admitted; r3 done. iter4: r4 done.
+    # iter0: r0 (12 > 10 but the walk's first item is exempt); r1: 12+4 > 10 -> stop.
+    #   prefill 12; r0 gen 1.
+    # iter1: r1 (4 <= 10; running 1 + 0 < 3), r2 (4+2 = 6 <= 10; 1 + 1 < 3); r3: running 1
+    #   + admitted 2 = 3, not < 3 -> stop. Prefill-only iteration (6): r0 does not decode.
+    # iter2: r3: running 3 + 0, not < 3 -> stop. Nothing admitted -> r0 (ctx 13), r1 (ctx 5),
+    #   r2 (ctx 3) decode: 3 seqs, ctx 21; all reach gen 2 -> done.
+    # iter3: running 0: r3 (3), r4 (3+1 = 4 <= 10, 0 + 1 < 3); prefill 4; gen 1 each.
+    # iter4: r3 (ctx 4), r4 (ctx 2) decode -> done.
     out, timer = run("static", [12, 4, 2, 3, 1], [2] * 5, capacity=1000, max_len=5,
                      n_slots=4, max_batch=3, max_prefill=10)
-    assert out["admit_iter"].tolist() == [0, 1, 1, 2, 3]
-    assert out["finish_iter"].tolist() == [1, 2, 2, 3, 4]
-    assert [c[0] for c in timer.calls] == [12, 6, 3, 1, 0]
+    assert out["admit_iter"].tolist() == [0, 1, 1, 3, 3]
+    assert out["finish_iter"].tolist() == [2, 2, 2, 4, 4]
+    assert [c[:3] for c in timer.calls] == [(12, 0, 0), (6, 0, 0), (0, 3, 21), (4, 0, 0),
+                                            (0, 2, 6)]
 
 
 def test_admit_window_cap():
     # A = 1: one admission per iteration even though everything fits.
-    out, _ = run("static", [1, 1, 1], [3, 3, 3], capacity=1000, admit_window=1)
+    # iter0: r0 admitted, gen 1. iter1: r1 admitted; prefill-only, r0 does not decode.
+    # iter2: r2 admitted; again nobody decodes. gens 1, 1, 1.
+    # iter3: all three decode (gen 2); iter4: gen 3 == output -> all finish at iter4.
+    out, timer = run("static", [1, 1, 1], [3, 3, 3], capacity=1000, admit_window=1)
     assert out["admit_iter"].tolist() == [0, 1, 2]
-    assert out["finish_iter"].tolist() == [2, 3, 4]
+    assert out["finish_iter"].tolist() == [4, 4, 4]
+    assert [c[:2] for c in timer.calls] == [(1, 0), (1, 0), (1, 0), (0, 3), (0, 3)]
 
 
 def test_free_slot_cap():
@@ -263,10 +277,13 @@ def test_idle_jump():
 
 
 def test_arrival_while_busy_waits_for_iteration_start():
-    # r1 arrives at 1.5 while r0 runs: iteration starts at 0, 1, 2 -> admitted at iter2.
+    # r1 arrives at 1.5 while r0 runs: iterations start at 0, 1, 2 -> r1 admitted at iter2.
+    # iter0 (t 0 -> 1): r0 prefill, gen 1. iter1 (1 -> 2): r1 not arrived; r0 gen 2.
+    # iter2 (2 -> 3): r1 admitted, prefill-only (r0 does not decode); r1 gen 1 == output,
+    #   finishes at 3.0. iter3 (3 -> 4): r0 gen 3. iter4 (4 -> 5): r0 gen 4 -> done at 5.0.
     out, _ = run("static", [1, 1], [4, 1], arrival=[0.0, 1.5])
     assert out["admit_iter"].tolist() == [0, 2]
-    assert out["finish_s"].tolist() == [4.0, 3.0]
+    assert out["finish_s"].tolist() == [5.0, 3.0]
 
 
 def test_drop_request_that_never_fits():
@@ -330,3 +347,228 @@ def test_odma_quantiles_and_default_prior():
     out, _ = run("odma", [1, 1, 1, 1], [1, 1, 1, 1], pred=[2.0, 3.6, 5.0, 7.0],
                  params=params, window=6)
     assert out["r_admit"].tolist() == [2, 10, 10, 10]
+
+
+# ---- vLLM scheduling rules (docs/server-semantics.md "Scheduler", "One iteration") ------
+def test_v0_prefill_only_iteration_costs_the_decoders_one_iteration():
+    # static, C 1000, max_len 10 (reservations 14, 14, 18), 1 s per iteration.
+    # r0, r1: prompt 4, output 4, arrive 0. r2: prompt 8, output 1, arrives 1.5.
+    # iter0 (t 0 -> 1): admit r0, r1 (r2 not arrived); prefill 8; gens 1, 1.
+    # iter1 (1 -> 2): r2 1.5 > 1; nothing admitted -> r0, r1 decode (ctx 5 + 5); gens 2, 2.
+    # iter2 (2 -> 3): r2 admitted (slot2): prefill-only iteration, r0 and r1 do not decode.
+    #   r2 gen 1 == output -> finishes at 3.0 (first token 3.0).
+    # iter3 (3 -> 4): r0, r1 decode (ctx 6 + 6); gens 3. iter4 (4 -> 5): ctx 7 + 7; gens 4
+    #   -> both finish at iter4, t = 5.0.
+    # Without r2 they would decode in iter1..3 and finish at 4.0: r2 cost them 1 s.
+    out, timer = run("static", [4, 4, 8], [4, 4, 1], arrival=[0.0, 0.0, 1.5],
+                     capacity=1000)
+    assert out["admit_iter"].tolist() == [0, 0, 2]
+    assert out["finish_iter"].tolist() == [4, 4, 2]
+    assert out["first_token_s"].tolist() == [1.0, 1.0, 3.0]
+    assert out["finish_s"].tolist() == [5.0, 5.0, 3.0]
+    assert [c[:3] for c in timer.calls] == [(8, 0, 0), (0, 2, 10), (8, 0, 0), (0, 2, 12),
+                                            (0, 2, 14)]
+    alone, _ = run("static", [4, 4], [4, 4], capacity=1000)
+    assert alone["finish_s"].tolist() == [4.0, 4.0]
+
+
+@pytest.mark.parametrize("two_victims", [False, True])
+def test_paged_tail_preemption_and_resume_order(two_victims):
+    # paged k=8, C=24, 4 slots, watermark 0, 1 s per iteration. A block is 8 tokens; a
+    # prompt p reserves ceil((p+1)/8)*8 = 8 for every prompt below.
+    #   r0: prompt 1, output 2, arrives 0     (slot0, finishes early and frees slot0)
+    #   r1: prompt 4, output 6, arrives 0.5   (slot1, the oldest running request)
+    #   r2: prompt 1 (or 4 with two_victims), output 6 (or 5), arrives 1.5   (slot2)
+    #   r3: prompt 2, output 4, arrives 3.5   (slot0: the newest, in the lowest slot)
+    #   r4: prompt 1, output 1, arrives 7.5   (a new request while victims wait)
+    # order = it * (S + A) + position = it * 8: r1 8, r2 16, r3 32.
+    # iter0: r0 -> slot0 (used 8); gen 1.  iter1: r1 -> slot1 (16); prefill-only; gen 1.
+    # iter2: r2 -> slot2 (24); gen 1.
+    # iter3: r3 not arrived; decode r0 (ctx 2), r1 (5), r2 (2 | 5); r0 gen 2 -> done (16).
+    # iter4: r3 -> slot0 (lowest free of 0, 3) (24); prefill-only; r3 gen 1.
+    # iter5: decode r1 (6), r2 (3 | 6), r3 (3). iter6: r1 (7), r2 (4 | 7), r3 (4).
+    #   Now gens r1 4, r2 4, r3 3; ctx r1 8, r2 5 | 8, r3 5; reserved 8 each, pool full.
+    # iter7 (t 7; r4 arrives 7.5): r1 ctx+1 = 9 > 8 overflows (and r2 too with two_victims).
+    #   Walk of the running queue [r1, r2, r3] (by order): r1 short of a block, free 0 <
+    #   8 -> preempt the tail r3 (slot 0!) -> free 8 -> r1 grows to 16 (free 0).
+    #   - one victim: r2 (ctx 5) does not overflow and is kept, though it sits in slot 2 (the
+    #     slot-order prefix rule would have kept r3 and preempted r2). Decode r1 (8), r2 (5).
+    #   - two victims: r2 overflows, free 0, and r2 is now the tail -> preempts itself.
+    #     Decode r1 (ctx 8) only.
+    #   r3 waits with gen 3 (ctx 5, resume 8); r2 (two victims) gen 4 (ctx 8, resume 16).
+    if not two_victims:
+        # iter8 (t 8): r3: 8 > room 0 -> blocked, so r4 is not tried. Decode r1 (9), r2 (6):
+        #   r1 gen 6, r2 gen 6 -> both done (used 0).
+        # iter9: r3 resumes (8; recompute ctx 5); no slot waits -> r4 -> slot1 (lowest free
+        #   of 1, 2, 3) (8). prefill 5 + 1 = 6. r3 gen 4 == output, r4 gen 1 -> both done.
+        out, timer = run("paged", [1, 4, 1, 2, 1], [2, 6, 6, 4, 1],
+                         arrival=[0.0, 0.5, 1.5, 3.5, 7.5], params={"block_size": 8},
+                         capacity=24, n_slots=4)
+        assert out["admit_iter"].tolist() == [0, 1, 2, 4, 9]
+        assert out["finish_iter"].tolist() == [3, 8, 8, 9, 9]
+        assert out["preemptions"] == 1
+        assert out["reserved_final"].tolist() == [8, 16, 8, 8, 8]
+        assert [c[:3] for c in timer.calls] == [
+            (1, 0, 0), (4, 0, 0), (1, 0, 0), (0, 3, 9), (2, 0, 0), (0, 3, 12), (0, 3, 15),
+            (0, 2, 13), (0, 2, 15), (6, 0, 0)]
+    else:
+        # iter8 (t 8): waiting queue in admission order [r2 (order 16), r3 (order 32)]:
+        #   r2 needs 16 > room 8 -> blocked. r3 (8 <= 8) and r4 (slot 3 free, 8 <= 8) would
+        #   fit but stay behind it. Decode r1 (ctx 9): gen 6 -> done (used 0).
+        # iter9: r2 resumes (16, ctx 8), r3 resumes (8, ctx 5; 16 + 8 = 24); no slot waits ->
+        #   r4: 8 > room 0 -> stop. prefill 13; r2 gen 5, r3 gen 4 -> both done.
+        # iter10: r4 -> slot0; done.
+        out, timer = run("paged", [1, 4, 4, 2, 1], [2, 6, 5, 4, 1],
+                         arrival=[0.0, 0.5, 1.5, 3.5, 7.5], params={"block_size": 8},
+                         capacity=24, n_slots=4)
+        assert out["admit_iter"].tolist() == [0, 1, 2, 4, 10]
+        assert out["finish_iter"].tolist() == [3, 8, 9, 9, 10]
+        assert out["preemptions"] == 2
+        assert out["reserved_final"].tolist() == [8, 16, 16, 8, 8]
+        assert [c[:3] for c in timer.calls] == [
+            (1, 0, 0), (4, 0, 0), (4, 0, 0), (0, 3, 12), (2, 0, 0), (0, 3, 15), (0, 3, 18),
+            (0, 1, 8), (0, 1, 9), (13, 0, 0), (1, 0, 0)]
+    # r3's first token (end of iter4) survives its preemption and recompute.
+    assert out["first_token_s"][3] == 5.0
+    assert out["peak_kv_tokens"] == 24
+
+
+def test_paged_watermark_blocks_admission_not_growth():
+    # paged k=4, C=16, watermark 4 tokens, 4 slots, 1 s per iteration.
+    # r0: prompt 3 -> 4 tokens, output 3. r1: prompt 4 -> 8 tokens, output 3.
+    # r2: prompt 1 -> 4 tokens, output 1. r3: prompt 12 -> 16 tokens (= C), output 1.
+    # iter0: r0: 4 <= 16-0-4 = 12 -> admit (used 4); r1: 8 <= 16-4-4 = 8 -> admit (used 12,
+    #   exactly the watermark left); r2: 4 > 16-12-4 = 0 -> refused (it would leave 0 < 4
+    #   free). prefill 7; gens 1 (ctx r0 4, r1 5).
+    # iter1: r2 refused again. r0 ctx+1 = 5 > 4 -> needs a block: free 16-12 = 4 >= 4 ->
+    #   grows into the watermark (used 16). Decode r0 (4), r1 (5); gens 2.
+    # iter2: r2: 4 > 16-16-4 -> refused. Decode r0 (5), r1 (6); gens 3 -> both done (used 0).
+    # iter3: r2: 4 <= 12 -> admit; r3: 16 > 16-4-4 = 8 -> stop. r2 gen 1 -> done.
+    # iter4: nothing running, r3: 16 > 12 -> not admitted; drop rule: 16 > C - watermark =
+    #   12 -> dropped (though 16 <= C). No work, 0 s. All valid requests settled -> end.
+    out, timer = run("paged", [3, 4, 1, 12], [3, 3, 1, 1], params={"block_size": 4},
+                     capacity=16, max_len=16, watermark=4)
+    assert out["admit_iter"].tolist() == [0, 0, 3, -1]
+    assert out["finish_iter"].tolist() == [2, 2, 3, -1]
+    assert (out["dropped"], out["unserved"], out["preemptions"]) == (1, 1, 0)
+    assert out["reserved_final"].tolist() == [8, 8, 4, 0]
+    assert out["peak_kv_tokens"] == 16 and out["max_pool_use_ratio"] == 1.0
+    assert [c[:3] for c in timer.calls] == [(7, 0, 0), (0, 2, 9), (0, 2, 11), (1, 0, 0)]
+    assert out["iterations"] == 5 and out["clock"] == 4.0
+    # Control without the watermark: iter0 admits r0, r1, r2 (4 + 8 + 4 = 16); r2 is done
+    # at iter0; r0 grows at iter1 (free 4); r0, r1 done at iter2; iter3 admits r3 (16).
+    out, _ = run("paged", [3, 4, 1, 12], [3, 3, 1, 1], params={"block_size": 4},
+                 capacity=16, max_len=16)
+    assert out["admit_iter"].tolist() == [0, 0, 0, 3]
+    assert out["finish_iter"].tolist() == [2, 2, 0, 3]
+    assert out["dropped"] == 0
+
+
+def test_token_budget_counts_resumes_first_item_exempt():
+    # paged k=4, C=20, max_prefill 4, 4 slots, 1 s per iteration (v0).
+    # r0, r1: prompt 4 (8 tokens), output 6, arrive 0. r2: prompt 1 (4 tokens), output 1,
+    # arrives 6.5.
+    # iter0: r0 (4 <= 4) -> slot0; r1: 4 + 4 > 4 -> stop. gen 1.
+    # iter1: r1 (first item) -> slot1 (used 16); prefill-only; gen 1.
+    # iter2..4: decode both (ctx 5+5, 6+6, 7+7); gens 4 (ctx 8 = reserved).
+    # iter5: both overflow; queue [r0, r1]: r0 free 4 -> grows to 12 (used 20); r1 free 0
+    #   and the tail -> preempts itself (used 12; gen 4, ctx 8, resume 12). Decode r0 (8).
+    # iter6 (t 6): r1: 12 > room 8 -> blocked. Decode r0 (9): gen 6 -> done (used 0).
+    # iter7 (t 7): r1 resumes: its recompute of ctx 8 > max_prefill 4 passes as the walk's
+    #   first item (room 20 >= 12). r2 (arrived): slot and memory (4 <= 8) fit, but the
+    #   resumed context counts: 8 + 1 > 4 -> refused. prefill 8; r1 gen 5.
+    # iter8: r2 admitted (1 <= 4); prefill-only, r1 waits; r2 gen 1 -> done at 9.0.
+    # iter9: r1 decodes (ctx 9): gen 6 -> done at 10.0.
+    out, timer = run("paged", [4, 4, 1], [6, 6, 1], arrival=[0.0, 0.0, 6.5],
+                     params={"block_size": 4}, capacity=20, max_len=16, max_prefill=4)
+    assert out["admit_iter"].tolist() == [0, 1, 8]
+    assert out["finish_iter"].tolist() == [6, 9, 8]
+    assert out["preemptions"] == 1
+    assert [c[:3] for c in timer.calls] == [
+        (4, 0, 0), (4, 0, 0), (0, 2, 10), (0, 2, 12), (0, 2, 14), (0, 1, 8), (0, 1, 9),
+        (8, 0, 0), (1, 0, 0), (0, 1, 9)]
+    assert out["first_token_s"].tolist() == [1.0, 2.0, 9.0]
+    assert out["finish_s"].tolist() == [7.0, 10.0, 9.0]
+    assert out["reserved_final"].tolist() == [12, 12, 4]
+
+
+def test_chunked_prefill_chunks_and_pairs():
+    # static, chunked, max_prefill 8, C 1000, max_len 10, 1 s per iteration.
+    # r0: prompt 2, output 5, arrives 0. r1: prompt 20, output 2, arrives 0.5.
+    # r2: prompt 1, output 1, arrives 1.5.
+    # pairs of a chunk c with b tokens computed before: c * (b + (c+1)/2).
+    # iter0 (t 0): nothing decodes, budget 8: r0 (0 < 8) computes 2 -> gen 1 (first 1.0).
+    #   call (2, 0, 0); pairs 2 * 1.5 = 3.
+    # iter1 (t 1): r0 decodes (ctx 3), budget 8 - 1 = 7; r1: 0 < 7 -> chunk min(20, 7) = 7
+    #   (13 left); r2 not arrived. call (7, 1, 3); pairs 7 * (0 + 4) = 28. r0 gen 2.
+    # iter2 (t 2): r0 decodes (ctx 4); budget 7: r1's next chunk 7 (before 7, 6 left) leaves
+    #   0; r2 (arrived): 0 < 0 fails -> not admitted. call (7, 1, 4); pairs 7 * (7 + 4) = 77.
+    # iter3 (t 3): r0 decodes (ctx 5); r1's last chunk 6 (before 14) -> r1 gen 1 (first token
+    #   at the end of this iteration, 4.0); budget 7 - 6 = 1: r2: 0 < 1 -> min(1, 1) = 1,
+    #   gen 1 -> done. call (7, 1, 5); pairs 6 * (14 + 3.5) + 1 * (0 + 1) = 106. r0 gen 4.
+    # iter4 (t 4): r0 (ctx 6), r1 (ctx 21) decode: call (0, 2, 27), pairs 0; r0 gen 5 and
+    #   r1 gen 2 -> both done at 5.0.
+    out, timer = run("static", [2, 20, 1], [5, 2, 1], arrival=[0.0, 0.5, 1.5],
+                     capacity=1000, max_prefill=8, chunked=True)
+    assert [c[:3] for c in timer.calls] == [(2, 0, 0), (7, 1, 3), (7, 1, 4), (7, 1, 5),
+                                            (0, 2, 27)]
+    assert timer.pairs == [3.0, 28.0, 77.0, 106.0, 0.0]
+    assert out["admit_iter"].tolist() == [0, 1, 3]
+    assert out["first_token_s"].tolist() == [1.0, 4.0, 4.0]
+    assert out["finish_s"].tolist() == [5.0, 5.0, 4.0]
+    assert out["finish_iter"].tolist() == [4, 4, 3]
+
+
+def test_chunked_no_walk_in_an_iteration_with_a_preemption():
+    # s3 bounds [4], max_len 10, C 20, 2 slots, chunked (budget 10000 never binds).
+    # r0, r1: prompt 2, pred 3 -> r 4 (6 tokens each); outputs 6 and 5.
+    # iter0: both admitted (used 12), prefill 2 + 2; gens 1.
+    # iter1..3: both decode (ctx 3+3, 4+4, 5+5); gens 4 (ctx 6 = reserved).
+    # iter4 (t 4): step 2 first: both overflow, free 20-12 = 8: slot0 demand 12 > 8 and
+    #   slot1 cumulative 24 > 8 -> both denied, s3 preempts both (used 0; resume 12 each).
+    #   A preemption happened -> no walk: r0 would fit (12 <= 20) but is not resumed.
+    #   Nothing computes -> 0 s, iteration_time not called; drop rule: first waiting
+    #   needs 12 <= 20 -> kept.
+    # iter5 (t 4): slot0 resumes (12; recompute ctx 6); slot1: 12 > room 8 -> blocked.
+    #   call (6, 0, 0); r0 gen 5.
+    # iter6 (t 5): slot1 still blocked; r0 decodes (ctx 7) -> gen 6, done at 6.0.
+    # iter7 (t 6): slot1 resumes (ctx 6) -> gen 5, done at 7.0.
+    out, timer = run("s3", [2, 2], [6, 5], pred=[3, 3], params={"bounds": [4]},
+                     capacity=20, n_slots=2, chunked=True)
+    assert [c[:3] for c in timer.calls] == [(4, 0, 0), (0, 2, 6), (0, 2, 8), (0, 2, 10),
+                                            (6, 0, 0), (0, 1, 7), (6, 0, 0)]
+    assert out["preemptions"] == 2 and out["dropped"] == 0
+    assert out["finish_iter"].tolist() == [6, 7]
+    assert out["finish_s"].tolist() == [6.0, 7.0]
+    assert out["iterations"] == 8 and out["clock"] == 7.0
+
+
+def test_reserved_token_seconds():
+    # The paged growth/preemption case of test_paged_growth_preemption_and_resume with
+    # iteration_time = 0.5 + 0.25 * decode_seqs. Held tokens during each iteration (after
+    # steps 2 and 3, before completions) x its duration:
+    #   iter0 prefill-only: 8 x 0.5 = 4;  iter1 two decodes: 8 x 1.0 = 8;
+    #   iter2 (both grow to 8 each) .. iter5: 16 x 1.0 x 4 = 64;
+    #   iter6 (slot0 grows to 12, slot1 preempted) one decode: 12 x 0.75 = 9;
+    #   iter7 (slot1 blocked) one decode: 12 x 0.75 = 9;
+    #   iter8 slot1 resumed (12), prefill-only: 12 x 0.5 = 6;  iter9: 12 x 0.75 = 9.
+    #   Sum 109; clock 0.5 + 1 + 4 + 0.75 + 0.75 + 0.5 + 0.75 = 8.25.
+    timer = Recorder(base=0.5, per_seq=0.25)
+    out, _ = run("paged", [2, 2], [8, 8], params={"block_size": 4}, capacity=20,
+                 n_slots=2, max_len=16, timer=timer)
+    assert [c[1] for c in timer.calls] == [0, 2, 2, 2, 2, 2, 1, 1, 0, 1]
+    assert out["res_token_s"] == 109.0
+    assert out["clock"] == 8.25
+
+
+def test_paged_repreempted_request_goes_ahead_of_older_waiting():
+    # vLLM v0 waiting.extendleft(preempted): a request preempted again goes to the front
+    # of the waiting queue, ahead of one preempted earlier that still waits.
+    # paged k=4, C=16, 4 slots, all arrive at 0; prompts [1,3,3,3], outputs [7,3,7,2].
+    # iter0 admits all four, one block of 4 tokens each (ceil((p+1)/4) = 1): 16 used.
+    # r2 and r3 are preempted at iter1 (tail first), r2 resumes at
+    # iter3 and preempts itself again at iter7 while r3 still waits; with r2 at the
+    # front it resumes first (iter 8) and finishes at iter 9, r3 at iter 10.
+    out, _ = run("paged", [1, 3, 3, 3], [7, 3, 7, 2], params={"block_size": 4},
+                 capacity=16, n_slots=4, max_len=16)
+    assert out["finish_iter"].tolist() == [7, 2, 9, 10]

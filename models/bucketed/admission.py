@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from models import relax
-from models.bucketed.memory import Overflow, Resume
+from models.bucketed.memory import Budget, Resume, large_room, token_gate, watermark
 from models.bucketed.state import BucketAcc, BucketSlots
 from models.server import (
     ServerConfig,
@@ -27,9 +27,10 @@ __all__ = ["Admission", "admit", "drop_unservable"]
 
 
 class Admission(NamedTuple):
-    """What step 3b decided about its candidates (the next ``admit_window``)."""
+    """What the admission walk decided about its candidates (the next ``admit_window``)."""
 
     take: jax.Array       # [S] bool slots that received a new request
+    chunk: jax.Array      # [S] float32 prefill tokens a new slot computes now
     n_adm: jax.Array      # [] int32 requests admitted
     ok_idx: jax.Array     # [A] bool candidate is a valid request
     c_arrival: jax.Array  # [A] float32 candidates' arrival times
@@ -37,12 +38,13 @@ class Admission(NamedTuple):
     in_large: jax.Array   # [A] bool candidate goes to the large pool
 
 
-def admit(sl: BucketSlots, head, acc: BucketAcc, bounds, rs: Resume, n_free, pools,
-          clock, wl: Workload, params, t, cfg: ServerConfig, pol):
-    """Step 3b: FCFS admission of new requests into free slots.
+def admit(sl: BucketSlots, head, acc: BucketAcc, bounds, rs: Resume, budget: Budget,
+          n_free, pools, clock, order0, wl: Workload, params, t, cfg: ServerConfig, pol):
+    """FCFS admission of new requests into free slots, after the resume walk.
 
     Candidates are admitted in order while they have arrived, a slot and a batch place
-    are free, the prefill budget holds (the first is exempt), their pool has room and no
+    are free, the token budget holds (:func:`~models.bucketed.memory.token_gate`; what
+    the resumes used is gone), their pool has room (less the watermark) and no
     preempted slot waits; the walk stops at the first failure. Returns the updated slot
     table, head, accumulators and the ``Admission``.
     """
@@ -60,19 +62,27 @@ def admit(sl: BucketSlots, head, acc: BucketAcc, bounds, rs: Resume, n_free, poo
     need = c_prompt + r
     # one stacked prefix sum: normal-pool needs, prompts, large-pool needs (if any)
     m_n, m_l = ok_idx & ~in_large, ok_idx & in_large
-    rows = [jnp.where(m_n, need, 0.0), c_prompt.astype(jnp.float32)]
+    tok = c_prompt.astype(jnp.float32)
+    rows = [jnp.where(m_n, need, 0.0), tok]
     if pol.large_pool:
         rows.append(jnp.where(m_l, need, 0.0))
     cum = prefix_sum(jnp.stack(rows))
-    gate = prefix_gate(cum[0], size_n, rs.used_n, m_n, t, scale)
+    if pol.borrow:  # normal free = normal size - normal used - the large overspill
+        spill = jnp.maximum(jax.lax.stop_gradient(rs.used_l) + cum[2] - size_l, 0.0)
+        gate = prefix_gate(cum[0] + spill, size_n, rs.used_n, m_n, t, scale)
+    else:
+        gate = prefix_gate(cum[0], size_n - watermark(cfg, pol), rs.used_n, m_n, t, scale)
     if pol.large_pool:
-        gate_l = prefix_gate(cum[2], size_l, rs.used_l, m_l, t, scale)
+        size_b, used_b = large_room(pools, (rs.used_n, rs.used_l), pol)
+        gate_l = prefix_gate(cum[2] + (cum[0] if pol.borrow else 0.0), size_b, used_b, m_l,
+                             t, scale)
         gate = jnp.where(in_large, gate_l, gate)
     rank = jnp.arange(a)
-    cum_prompt = jnp.round(cum[1]).astype(jnp.int32)
+    left = Budget(tokens=budget.tokens - rs.tokens, exempt=budget.exempt & (rs.n_res == 0),
+                  allowed=budget.allowed)
+    fit_t, c_chunk = token_gate(cum[1], tok, left, cfg.chunked)
     ok = (ok_idx & (c_arrival <= clock) & (rank < n_free)
-          & (rs.n_run + rank < cfg.max_batch)
-          & ((cum_prompt <= cfg.max_prefill) | (rank == 0))
+          & (rs.n_run + rank < cfg.max_batch) & fit_t & budget.allowed
           & relax.hard(gate) & ~rs.any_waiting)
     n_adm = jnp.min(jnp.where(ok, a, rank))  # the walk stops at the first failure
     admitted = rank < n_adm
@@ -94,6 +104,9 @@ def admit(sl: BucketSlots, head, acc: BucketAcc, bounds, rs: Resume, n_free, poo
     large = pick(in_large.astype(jnp.float32), sl.large)
     weight = pick(w_c, sl.weight)
     arrival = pick(c_arrival, sl.arrival)
+    chunk = jnp.where(take, pick(c_chunk, jnp.zeros_like(sl.reserved)), 0.0)
+    todo = pick(jnp.round(tok - c_chunk).astype(jnp.int32), sl.todo)
+    order = pick(order0 + rs.n_res + rank.astype(jnp.int32), sl.order)
     t_admit = jnp.where(take, clock, sl.t_admit)
     status = jnp.where(take, 1, sl.status)
     head = head + n_adm
@@ -106,33 +119,37 @@ def admit(sl: BucketSlots, head, acc: BucketAcc, bounds, rs: Resume, n_free, poo
         queue_s=acc.queue_s + jnp.sum(jnp.where(take, weight * (clock - arrival), 0.0)))
     sl = sl.replace(req=sl_req, status=status, prompt=prompt, output=output, gen=gen,
                     reserved=reserved, peak_res=peak_res, r_admit=r_admit, large=large,
-                    weight=weight, arrival=arrival, t_admit=t_admit)
-    return sl, head, acc, Admission(take=take, n_adm=n_adm, ok_idx=ok_idx,
+                    weight=weight, arrival=arrival, t_admit=t_admit, todo=todo,
+                    order=order)
+    return sl, head, acc, Admission(take=take, chunk=chunk, n_adm=n_adm, ok_idx=ok_idx,
                                     c_arrival=c_arrival, need=need, in_large=in_large)
 
 
-def drop_unservable(sl: BucketSlots, head, acc: BucketAcc, ov: Overflow, rs: Resume,
-                    ad: Admission, pools, slot, clock, cfg: ServerConfig, pol):
-    """Drop rule: nothing can run and the first waiting item can never fit its pool.
+def drop_unservable(sl: BucketSlots, head, acc: BucketAcc, rs: Resume, ad: Admission,
+                    n_run0, pools, slot, clock, cfg: ServerConfig, pol):
+    """Drop rule: nothing runs (``n_run0`` running at the walk's start), nothing was
+    admitted and the first waiting item can never fit its pool (less the watermark).
 
     The first waiting preempted slot is freed, or else (no slot waits) the head request
     is skipped; either counts as dropped. Returns the slot table, head and accumulators.
     """
     size_n, size_l = pools
+    size_n = size_n - watermark(cfg, pol)
     status = sl.status
-    idle = rs.n_run + ad.n_adm == 0
+    idle = (n_run0 == 0) & (rs.n_res + ad.n_adm == 0)
     if pol.preempts:
-        waiting = (status == 2) & ~ov.preempt
-        first_w = jnp.min(jnp.where(waiting, slot, cfg.n_slots))
-        pool_w = size_l if pol.large_pool else size_n
-        drop_w = (idle & (first_w < cfg.n_slots)
-                  & (rs.need_p[jnp.minimum(first_w, cfg.n_slots - 1)] > pool_w))
-        status = jnp.where(drop_w & (slot == first_w), 0, status)
+        waiting = status == 2
+        key = sl.order if pol.priority else slot
+        first_key = jnp.min(jnp.where(waiting, key, jnp.iinfo(jnp.int32).max))
+        first = waiting & (key == first_key)
+        pool_w = large_room(pools, (0.0, 0.0), pol)[0] if pol.large_pool else size_n
+        drop_w = idle & jnp.any(first & (rs.need_p > pool_w))
+        status = jnp.where(drop_w & first, 0, status)
         any_waiting = rs.n_wait - drop_w > 0
     else:
         drop_w = jnp.zeros((), bool)
         any_waiting = rs.any_waiting
-    pool0 = jnp.where(ad.in_large[0], size_l, size_n)
+    pool0 = jnp.where(ad.in_large[0], large_room(pools, (0.0, 0.0), pol)[0], size_n)
     drop_h = (idle & ~any_waiting & ~drop_w & ad.ok_idx[0] & (ad.c_arrival[0] <= clock)
               & (ad.need[0] > pool0))
     head = head + drop_h

@@ -4,6 +4,8 @@ derived deployment values (bucket bounds, pool sizes, reservation rules)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -32,14 +34,21 @@ class _Bucketed:
                                  "the papers' migration rate", share=True),
         "accuracy": Metric("share of finished requests", "output fits the reservation at "
                            "first admission", share=True),
+        "reserved_token_s": Metric("token-seconds", "KV tokens held x seconds, summed over "
+                                   "iterations"),
+        "token_s_utilization": Metric("share", "computed context token-seconds / reserved "
+                                      "token-seconds: utilisation over time, not only at "
+                                      "a request's fullest", share=True),
     }
 
     def options(self, system, **settings):
         get_policy(system)
-        unknown = set(settings) - {"window", "refresh_every"}
+        unknown = set(settings) - {"window", "refresh_every", "large_borrow"}
         if unknown:
             raise ValueError(f"{system}: unknown option(s) {sorted(unknown)}; the bucketed "
-                             "family takes window, refresh_every")
+                             "family takes window, refresh_every, large_borrow")
+        if "large_borrow" in settings:
+            settings["large_borrow"] = bool(settings["large_borrow"])
         return BucketOptions(**settings)
 
     def extra(self, wl, cfg, opts: SimOptions, history=None):
@@ -59,7 +68,7 @@ class _Bucketed:
                         win=win, acc=init_acc(BucketAcc), rec=rec)
 
     def step(self, state, inputs: Inputs, params, *, hw, t, opts: SimOptions):
-        return _step(state, inputs.wl, inputs.cfg, hw, params, t, get_policy(opts.system))
+        return _step(state, inputs.wl, inputs.cfg, hw, params, t, _policy(opts))
 
     def sink(self, opts: SimOptions):
         return window.ring_sink if get_policy(opts.system).adaptive_bounds else None
@@ -87,6 +96,8 @@ class _Bucketed:
             # Smooth in relaxed mode (a soft indicator per admission), exact at T = 0.
             "migration_rate": acc.overflows / done,
             "accuracy": acc.fit / done,
+            "reserved_token_s": acc.res_token_s,
+            "token_s_utilization": acc.used_token_s / jnp.maximum(acc.res_token_s, 1e-9),
         }
 
     def deployment(self, inputs: Inputs, params, opts: SimOptions) -> dict:
@@ -102,7 +113,7 @@ class _Bucketed:
         ``L_hat`` (the predicted output tokens), ``u`` (its uncertainty in [0, 1]) and
         the values above, with the numeric parameters they use.
         """
-        cfg, pol = inputs.cfg, get_policy(opts.system)
+        cfg, pol = inputs.cfg, _policy(opts)
         max_len = int(cfg.max_len)
         kv_bytes = float(cfg.kv_bytes_per_token)
         out = {"max_len_tokens": max_len, "kv_bytes_per_token_per_device": _real(kv_bytes)}
@@ -126,6 +137,12 @@ class _Bucketed:
                                      "share_of_capacity": _real(params["large_share"])}
         out["reservation"] = _rules(pol, params)
         return out
+
+
+def _policy(opts: SimOptions):
+    """The system's policy with the family options that select among its rules."""
+    pol = get_policy(opts.system)
+    return dataclasses.replace(pol, borrow=pol.large_pool and opts.family.large_borrow)
 
 
 def _prior_ring(inputs: Inputs, opts: SimOptions):
@@ -179,7 +196,8 @@ _RESERVE = {
 }
 _OVERFLOW = {
     memory.grow_block: {"on_overflow": "grow by block_size tokens; pool full: preempt "
-                                       "(recompute)"},
+                                       "the most recently admitted running request "
+                                       "(recompute) until the block fits (vLLM)"},
     memory.migrate: {"on_overflow": "migrate to prompt + max_len (copy the context); "
                                     "pool full: preempt"},
 }
@@ -198,6 +216,10 @@ def _rules(pol, params) -> dict:
             rules["on_overflow"] = ("migrate to prompt + max_len in the large pool (copy "
                                     "the context); large pool full: stall while another "
                                     "request holds large-pool memory, else preempt")
+    if pol.borrow:
+        rules["large_pool_borrows"] = ("large-pool reservations may use free normal-pool "
+                                       "tokens; normal admissions see normal free minus "
+                                       "the large pool's overspill")
     else:
         rules["on_overflow"] = None
     if pol.preempts and pol.need_resume in _RESUME:

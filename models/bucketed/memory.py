@@ -18,12 +18,15 @@ import jax.numpy as jnp
 
 from models import relax
 from models.bucketed.state import PROB_SCALE, BucketAcc, BucketSlots
-from models.server import ServerConfig, nth_true, prefix_fit
+from models.server import ServerConfig, prefix_fit, prefix_gate, prefix_sum
 
 __all__ = [
+    "Budget",
     "Overflow",
     "Resume",
+    "by_order",
     "grow_block",
+    "large_room",
     "migrate",
     "overflow",
     "pool_sizes",
@@ -35,6 +38,8 @@ __all__ = [
     "resume",
     "resume_block",
     "resume_max_len",
+    "token_gate",
+    "watermark",
 ]
 
 
@@ -47,6 +52,14 @@ def pool_sizes(cfg, params, pol):
         large = raw - jax.lax.stop_gradient(raw - jnp.floor(raw))  # floor, slope 1
         return cap - large, large
     return cap, jnp.zeros_like(cap)
+
+
+def large_room(pools, used, pol):
+    """``(size, used)`` that a large-pool reservation is checked against: the large pool,
+    or with ``borrow`` the whole memory (a large reservation may take any free token)."""
+    if pol.borrow:
+        return pools[0] + pools[1], used[0] + used[1]
+    return pools[1], used[1]
 
 
 def pool_use(held_mask, reserved, large):
@@ -122,15 +135,29 @@ class Overflow(NamedTuple):
     used_l: jax.Array      # [] float32 large-pool tokens held afterwards
 
 
+def by_order(order, x):
+    """Inclusive sums of ``x`` ([S] or [S, K]) over the slots in ``order`` (lower =
+    earlier): ``out[i] = sum of x[j] over order[j] <= order[i]``. One [S, S] comparison
+    and a matmul: vLLM's running and waiting queues as a prefix rule over the slot table
+    (orders of occupied slots are distinct)."""
+    before = (order[None, :] <= order[:, None]).astype(jnp.float32)
+    return before @ x
+
+
 def grow_block(sl, acc, over, over_g, ctx, pools, used, params, t, cfg, pol):
-    """Paged overflow rule: grow by one block while the pool has room (slot order),
-    else preempt. Returns (reserved, large, preempt, stall, copy_bytes, acc)."""
+    """Paged overflow rule (vLLM ``Scheduler._schedule_running``, v0.6 and V1 alike):
+    walking the running queue in order, a request needing a block takes one; when none
+    is free the most recently (re)admitted request is preempted (recompute), again and
+    again, until it fits or the request itself is the last. The kept set is the longest
+    prefix in queue order whose blocks, grown ones included, fit the pool. Returns
+    (reserved, large, preempt, stall, copy_bytes, acc)."""
     k = params["block_size"]
-    grant_g = prefix_fit(jnp.full(over.shape, k), pools[0], used[0], over, t,
-                         cfg.token_scale)
-    granted = over & relax.hard(grant_g)
+    running = sl.status == 1
+    held = jnp.where(running, sl.reserved + jnp.where(over, k, 0.0), 0.0)
+    keep = by_order(sl.order, jax.lax.stop_gradient(held)) <= pools[0]
+    granted = over & keep
     reserved = jnp.where(granted, sl.reserved + k, sl.reserved)
-    return (reserved, sl.large, over & ~granted, jnp.zeros_like(over),
+    return (reserved, sl.large, running & ~keep, jnp.zeros_like(over),
             jnp.zeros((), jnp.float32), acc)
 
 
@@ -139,7 +166,7 @@ def migrate(sl, acc, over, over_g, ctx, pools, used, params, t, cfg, pol):
     ``large_pool`` policy) while it has room, copying the context; denied slots are
     preempted, or with a large pool stall while someone else holds large-pool memory."""
     need = (sl.prompt + jnp.float32(cfg.max_len)).astype(jnp.float32)
-    size, use = (pools[1], used[1]) if pol.large_pool else (pools[0], used[0])
+    size, use = large_room(pools, used, pol) if pol.large_pool else (pools[0], used[0])
     grant_g = prefix_fit(need, size, use, over, t, cfg.token_scale)
     granted = over & relax.hard(grant_g)
     w_mig = grant_g * over_g  # soft weight of the event (1 in exact mode)
@@ -155,15 +182,22 @@ def migrate(sl, acc, over, over_g, ctx, pools, used, params, t, cfg, pol):
     return reserved, large, denied & hopeless, denied & ~hopeless, copy_bytes, acc
 
 
-def overflow(sl: BucketSlots, acc: BucketAcc, pools, params, t, cfg: ServerConfig, pol):
-    """Step 2: running slots whose next token does not fit their reservation follow the
-    policy's overflow rule (grow, migrate, stall or preempt), in slot order, before
-    admissions; without a rule (static) nothing overflows."""
+def overflow(sl: BucketSlots, acc: BucketAcc, pools, params, t, cfg: ServerConfig, pol,
+             order0, active=True):
+    """Running slots whose next token does not fit their reservation follow the policy's
+    overflow rule (grow, migrate, stall or preempt); without a rule (static) nothing
+    overflows. Only in iterations that decode (``active``; vLLM v0 runs none in an
+    iteration that prefills) and only for slots done with their prefill. With a
+    priority policy the preempted slots go to the front of the waiting queue, in their
+    running order, ahead of slots preempted earlier (vLLM v0
+    ``waiting.extendleft(preempted)``): their ``order`` becomes negative, below every
+    earlier preemption's (``order0`` numbers this iteration)."""
     running = sl.status == 1
     ctx = sl.prompt + sl.gen
     used = pool_use(running, sl.reserved, sl.large)
-    over_g = relax.soft_gt(ctx + 1.0, sl.reserved, t, cfg.token_scale, margin=0.25) * running
-    over = relax.hard(over_g) & running
+    eligible = running & (sl.todo == 0) & active
+    over_g = relax.soft_gt(ctx + 1.0, sl.reserved, t, cfg.token_scale, margin=0.25) * eligible
+    over = relax.hard(over_g) & eligible
     if pol.on_overflow is None:
         over = jnp.zeros_like(over)
         reserved, large, preempt, stall = sl.reserved, sl.large, over, over
@@ -174,23 +208,53 @@ def overflow(sl: BucketSlots, acc: BucketAcc, pools, params, t, cfg: ServerConfi
     peak_res = jnp.maximum(sl.peak_res, jnp.where(running, reserved, 0.0))
     status = jnp.where(preempt, 2, sl.status)
     reserved = jnp.where(preempt, 0.0, reserved)
+    todo = jnp.where(preempt, 0, sl.todo)
+    order = sl.order
+    if pol.priority:
+        rank = jnp.round(by_order(order, preempt.astype(jnp.float32))).astype(jnp.int32) - 1
+        order = jnp.where(preempt, rank - order0 - (cfg.n_slots + cfg.admit_window), order)
     n_pre, n_stall = jnp.sum(preempt), jnp.sum(stall)
     acc = acc.replace(preemptions=acc.preemptions + n_pre, stalls=acc.stalls + n_stall)
-    decoding = running & ~preempt & ~stall
+    decoding = eligible & ~preempt & ~stall
     used_n, used_l = pool_use(status == 1, reserved, large)
-    sl = sl.replace(status=status, reserved=reserved, large=large, peak_res=peak_res)
+    sl = sl.replace(status=status, reserved=reserved, large=large, peak_res=peak_res,
+                    todo=todo, order=order)
     return sl, acc, Overflow(ctx=ctx, preempt=preempt, stall=stall, decoding=decoding,
                              n_pre=n_pre, n_stall=n_stall, copy_bytes=copy_bytes,
                              used_n=used_n, used_l=used_l)
 
 
+class Budget(NamedTuple):
+    """The token budget of an iteration's prefill walk (resumes, then new requests)."""
+
+    tokens: jax.Array   # [] prefill tokens the walk may schedule
+    exempt: jax.Array   # [] bool the walk's first item ignores ``tokens`` (vLLM v0: a
+    #                     prompt <= max_model_len <= max_num_batched_tokens always fits)
+    allowed: jax.Array  # [] bool the walk may admit at all (V1: not after a preemption)
+
+
+def token_gate(cum, tok, budget: Budget, chunked: bool):
+    """Which walk items fit the token budget, and the tokens each computes now.
+
+    v0 (whole prompts): the cumulative tokens up to the item fit, or it is the first
+    item and exempt. Chunked: some budget is left before the item; it computes what is
+    left of it (only the last admitted item can be cut short)."""
+    before = cum - tok
+    if chunked:
+        return before < budget.tokens, jnp.minimum(tok, jnp.maximum(budget.tokens - before,
+                                                                     0.0))
+    first = before <= 0
+    return (cum <= budget.tokens) | (first & budget.exempt), tok
+
+
 class Resume(NamedTuple):
-    """What step 3a decided, and the slot counts after it."""
+    """What the resume walk decided, and the slot counts after it."""
 
     resumed: jax.Array      # [S] bool preempted slots running again
+    chunk: jax.Array        # [S] float32 prefill tokens a resumed slot computes now
     need_p: jax.Array | None  # [S] float32 resume reservations (None: not preempting)
+    tokens: jax.Array       # [] prefill tokens scheduled by the walk
     n_run: jax.Array        # [] int32 running slots (stalled included)
-    n_dec: jax.Array        # [] int32 decoding slots (running before 3a, not stalled)
     n_wait: jax.Array       # [] int32 preempted slots still waiting
     n_res: jax.Array        # [] int32 slots resumed
     any_waiting: jax.Array  # [] bool a preempted slot still waits (blocks admissions)
@@ -198,42 +262,65 @@ class Resume(NamedTuple):
     used_l: jax.Array       # [] float32 large-pool tokens held afterwards
 
 
-def resume(sl: BucketSlots, ov: Overflow, n_free, n_wait, pools, slot, params, t,
-           cfg: ServerConfig, pol):
-    """Step 3a: re-admit preempted slots in slot order, head-of-line (the first that
-    does not fit stops the walk), within ``max_batch``; slots preempted in this
-    iteration wait at least one."""
+def watermark(cfg: ServerConfig, pol):
+    """KV tokens an admission must leave free (vLLM v0's block-manager watermark; the
+    paged policy only)."""
+    return cfg.watermark_tokens if pol.watermark else jnp.zeros((), jnp.float32)
+
+
+def resume(sl: BucketSlots, n_run, n_wait, used, pools, slot, order0, budget: Budget,
+           params, t, cfg: ServerConfig, pol):
+    """Re-admit preempted slots, the head of vLLM's waiting queue: in queue order
+    (paged: (re)admission order, vLLM v0 puts preempted requests back at the front in
+    that order; other systems: slot order), head-of-line (the first that does not fit
+    stops the walk), within ``max_batch``, the token budget and the pool (less the
+    watermark). A resumed slot recomputes its context as prefill and takes the queue's
+    next ``order`` (``order0`` + its rank)."""
     size_n, size_l = pools
-    migr_large = 1.0 if pol.large_pool else 0.0
-    used_n, used_l = ov.used_n, ov.used_l
+    used_n, used_l = used
     status, reserved, large, peak_res = sl.status, sl.reserved, sl.large, sl.peak_res
-    resumed = jnp.zeros_like(ov.preempt)
-    n_run = cfg.n_slots - n_free - n_wait - ov.n_pre  # status == 1
-    n_dec = n_run - ov.n_stall  # decoding
-    n_wait = n_wait + ov.n_pre
+    zero = jnp.zeros((), jnp.float32)
+    resumed = jnp.zeros(sl.status.shape, bool)
+    chunk = jnp.zeros(sl.status.shape, jnp.float32)
     n_res = jnp.zeros((), jnp.int32)
-    need_p = None
+    need_p, tokens, todo, order = None, zero, sl.todo, sl.order
     if pol.preempts:
-        waiting = (status == 2) & ~ov.preempt
-        need_p = pol.need_resume(params, ov.ctx, sl.prompt, cfg)
-        size, used = (size_l, used_l) if pol.large_pool else (size_n, used_n)
-        fit_p = relax.hard(prefix_fit(need_p, size, used, waiting, t, cfg.token_scale))
-        cap = cfg.max_batch - n_run  # resumed slots: the first ``cap`` waiting at most
-        cap_end = jnp.where(cap > 0, nth_true(waiting, jnp.maximum(cap, 0)[None])[0], 0)
-        ok_p = waiting & fit_p & (slot < cap_end)
-        first_fail = jnp.min(jnp.where(waiting & ~ok_p, slot, cfg.n_slots))
-        resumed = ok_p & (slot < first_fail)
+        waiting = status == 2
+        ctx = (sl.prompt + sl.gen).astype(jnp.float32)
+        need_p = pol.need_resume(params, ctx, sl.prompt, cfg)
+        size, use = (large_room(pools, used, pol) if pol.large_pool
+                     else (size_n, used_n))
+        rows = jnp.stack([jnp.where(waiting, need_p, 0.0), jnp.where(waiting, ctx, 0.0),
+                          waiting.astype(jnp.float32)], -1)
+        if pol.priority:
+            cum = by_order(sl.order, rows)
+            key = sl.order
+        else:
+            cum = prefix_sum(rows.T).T
+            key = slot
+        fit_m = relax.hard(prefix_gate(cum[:, 0], size - watermark(cfg, pol), use,
+                                       waiting, t, cfg.token_scale))
+        fit_t, chunk_all = token_gate(cum[:, 1], ctx, budget, cfg.chunked)
+        ok_p = waiting & fit_m & fit_t & (n_run + cum[:, 2] <= cfg.max_batch) & budget.allowed
+        first_fail = jnp.min(jnp.where(waiting & ~ok_p, key, jnp.iinfo(jnp.int32).max))
+        resumed = ok_p & (key < first_fail)
+        chunk = jnp.where(resumed, chunk_all, 0.0)
+        tokens = jnp.sum(chunk)
         status = jnp.where(resumed, 1, status)
         reserved = jnp.where(resumed, need_p, reserved)
-        large = jnp.where(resumed, migr_large, large)
+        large = jnp.where(resumed, 1.0 if pol.large_pool else 0.0, large)
         peak_res = jnp.maximum(peak_res, jnp.where(resumed, need_p, 0.0))
+        todo = jnp.where(resumed, jnp.round(ctx - chunk_all).astype(jnp.int32), todo)
+        order = jnp.where(resumed, order0 + jnp.round(cum[:, 2]).astype(jnp.int32) - 1,
+                          order)
         n_res = jnp.sum(resumed)
         n_run, n_wait = n_run + n_res, n_wait - n_res
         any_waiting = n_wait > 0
         used_n, used_l = pool_use(status == 1, reserved, large)
     else:
         any_waiting = jnp.zeros((), bool)
-    sl = sl.replace(status=status, reserved=reserved, large=large, peak_res=peak_res)
-    return sl, Resume(resumed=resumed, need_p=need_p, n_run=n_run, n_dec=n_dec,
-                      n_wait=n_wait, n_res=n_res, any_waiting=any_waiting,
+    sl = sl.replace(status=status, reserved=reserved, large=large, peak_res=peak_res,
+                    todo=todo, order=order)
+    return sl, Resume(resumed=resumed, chunk=chunk, need_p=need_p, tokens=tokens,
+                      n_run=n_run, n_wait=n_wait, n_res=n_res, any_waiting=any_waiting,
                       used_n=used_n, used_l=used_l)

@@ -38,7 +38,11 @@ class BucketPolicy:
     the contiguous KV run (tokens) the step-time model charges random access by.
     ``large_pool``: ``large_share`` of capacity is a large-bucket pool; ``adaptive_bounds``:
     bounds are sliding-window quantiles at ``levels`` (else the ``bounds`` parameter);
-    ``counts_overflows``: admissions whose output outgrows their bucket are counted.
+    ``counts_overflows``: admissions whose output outgrows their bucket are counted;
+    ``priority``: running and preempted requests are ordered by (re)admission, vLLM's
+    queues (else by slot); ``watermark``: admissions leave ``cfg.watermark_tokens`` free;
+    ``borrow`` (set from the family option ``large_borrow``): the large pool may use free
+    normal-pool memory.
     """
 
     reserve: Callable
@@ -48,6 +52,9 @@ class BucketPolicy:
     large_pool: bool = False
     adaptive_bounds: bool = False
     counts_overflows: bool = False
+    priority: bool = False
+    watermark: bool = False
+    borrow: bool = False
 
     @property
     def preempts(self) -> bool:
@@ -71,7 +78,8 @@ def get_policy(name: str) -> BucketPolicy:
 
 register_policy("static", BucketPolicy(reserve=reserve_max_len))
 register_policy("paged", BucketPolicy(reserve=reserve_block, on_overflow=grow_block,
-                                      need_resume=resume_block, chunk=_block_chunk))
+                                      need_resume=resume_block, chunk=_block_chunk,
+                                      priority=True, watermark=True))
 register_policy("s3", BucketPolicy(reserve=reserve_bucket, on_overflow=migrate,
                                    need_resume=resume_max_len, counts_overflows=True))
 register_policy("odma", BucketPolicy(reserve=reserve_routed, on_overflow=migrate,

@@ -29,10 +29,14 @@ PROB_SCALE = 0.05
 class BucketOptions:
     """Static options of the bucketed family: ODMA's sliding window of ``window``
     realised lengths and its refresh after ``refresh_every`` completions (checked at the
-    end of every block). Defaults: the ODMA paper's 10,000 and 1,000."""
+    end of every block). Defaults: the ODMA paper's 10,000 and 1,000. ``large_borrow``
+    (systems with a large pool): large-pool requests may also use free normal-pool
+    memory, so that a request waiting only for the large pool does not block the FCFS
+    queue behind it (the papers leave the pool split open; default on)."""
 
     window: int = 10000
     refresh_every: int = 1000
+    large_borrow: bool = True
 
     def __post_init__(self):
         if int(self.window) < 1 or int(self.refresh_every) < 1:
@@ -59,6 +63,8 @@ class BucketSlots:
     arrival: jax.Array    # [S] float32
     t_admit: jax.Array    # [S] float32 clock when first admitted
     t_first: jax.Array    # [S] float32 first-token time
+    todo: jax.Array       # [S] int32 prefill tokens still to compute (chunked prefill)
+    order: jax.Array      # [S] int32 (re)admission sequence: vLLM's running-queue order
 
 
 @struct.dataclass
@@ -86,6 +92,8 @@ class BucketAcc:
     max_use: jax.Array       # [] largest used/size over pools and iterations
     busy_s: jax.Array        # [] summed iteration time
     iters: jax.Array         # [] iterations with work
+    res_token_s: jax.Array   # [] KV tokens held x seconds (time-weighted occupancy)
+    used_token_s: jax.Array  # [] KV tokens in the cache (computed context) x seconds
 
 
 @struct.dataclass

@@ -14,8 +14,9 @@ import jax.numpy as jnp
 
 from hardware import iteration_time
 from models import relax
+from models.bucketed import memory
 from models.bucketed.admission import Admission, admit, drop_unservable
-from models.bucketed.memory import Overflow, Resume, overflow, pool_sizes, resume
+from models.bucketed.memory import Budget, Overflow, Resume, overflow, pool_sizes, resume
 from models.bucketed.state import BucketAcc, BucketRecord, BucketSlots, SimState
 from models.server import Finished, ServerConfig, pack_bits
 from models.workload import Workload
@@ -36,37 +37,52 @@ def _idle_jump(st: SimState, wl: Workload, cfg: ServerConfig):
 
 
 def _advance(sl: BucketSlots, acc: BucketAcc, ov: Overflow, rs: Resume, ad: Admission,
-             pools, clock, hw, params, cfg: ServerConfig, pol):
-    """Steps 4-5: the iteration's prefill and decode work moves the clock; every slot
-    that ran generates a token. Returns the slot table, clock, accumulators and the
-    tokens held per slot (``now``)."""
+             cont, pools, clock, hw, params, cfg: ServerConfig, pol):
+    """Steps 4-5: the iteration's prefill chunks and decodes move the clock; a slot
+    whose prefill completes (new: its first token) or that decodes generates a token.
+    ``cont`` [S] are the prefill tokens a running, partly prefilled slot computes (chunked
+    prefill). Returns the slot table, clock, accumulators and the tokens held per slot
+    (``now``)."""
     size_n, size_l = pools
-    take, weight, large = ad.take, sl.weight, sl.large
+    weight, large = sl.weight, sl.large
     dec_w = jnp.where(ov.decoding, weight, 0.0)
-    prefill = (jnp.sum(jnp.where(take, weight * sl.prompt, 0.0))
-               + jnp.sum(jnp.where(rs.resumed, weight * ov.ctx, 0.0)))
+    chunk = ad.chunk + rs.chunk + cont  # disjoint: new, resumed, continuing slots
+    done_pre = jnp.where(cont > 0, sl.prompt + sl.gen - sl.todo - cont, 0).astype(
+        jnp.float32)  # context already computed before a continuing chunk (else 0)
+    w_pre = jnp.where(chunk > 0, weight, 0.0)
+    prefill = jnp.sum(w_pre * chunk)
+    pairs = jnp.sum(w_pre * chunk * (done_pre + (chunk + 1.0) / 2.0))
     dec_seqs = jnp.sum(dec_w)
     dec_ctx = jnp.sum(dec_w * ov.ctx)
-    chunk = pol.chunk(params, cfg)
-    busy = ad.n_adm + rs.n_res + rs.n_dec > 0
-    dt = jnp.where(busy, iteration_time(hw, prefill, dec_seqs, dec_ctx, chunk,
-                                        ov.copy_bytes), 0.0)
+    kv_chunk = pol.chunk(params, cfg)
+    busy = (prefill > 0) | (dec_seqs > 0)
+    dt = jnp.where(busy, iteration_time(hw, prefill, dec_seqs, dec_ctx, kv_chunk,
+                                        ov.copy_bytes, prefill_ctx_tokens=pairs), 0.0)
     clock = clock + dt
-    progressed = take | rs.resumed | ov.decoding
+    finished_pre = (chunk > 0) & (sl.todo == 0)  # prefill complete: a token now
+    progressed = finished_pre | ov.decoding
+    first = progressed & (sl.gen == 0)
+    t_first = jnp.where(first, clock, sl.t_first)
     gen = jnp.where(progressed, sl.gen + 1, sl.gen)
-    t_first = jnp.where(take, clock, sl.t_first)
     now = jnp.where(sl.status == 1, sl.reserved, 0.0)
+    # context whose KV is cached after the iteration (a decode writes the previous token)
+    cached = jnp.where(sl.status != 1, 0,
+                       jnp.where(sl.todo > 0, sl.prompt + gen - sl.todo, sl.prompt + gen - 1))
     used_l = jnp.sum(now * large)
-    use = jnp.maximum((jnp.sum(now) - used_l) / size_n,
-                      jnp.where(size_l > 0, used_l / jnp.maximum(size_l, 1.0), 0.0))
+    spill = jnp.maximum(used_l - size_l, 0.0)  # borrowed normal tokens (0 without borrow)
+    use = jnp.maximum((jnp.sum(now) - used_l + spill) / size_n,
+                      jnp.where(size_l > 0, jnp.minimum(used_l, size_l)
+                                / jnp.maximum(size_l, 1.0), 0.0))
     acc = acc.replace(peak_kv=jnp.maximum(acc.peak_kv, jnp.sum(now)),
                       max_use=jnp.maximum(acc.max_use, use),
-                      busy_s=acc.busy_s + dt, iters=acc.iters + busy)
-    return sl.replace(gen=gen, t_first=t_first), clock, acc, now
+                      busy_s=acc.busy_s + dt, iters=acc.iters + busy,
+                      res_token_s=acc.res_token_s + jnp.sum(now) * dt,
+                      used_token_s=acc.used_token_s + jnp.sum(cached) * dt)
+    return sl.replace(gen=gen, t_first=t_first), clock, acc, now, first
 
 
-def _complete(sl: BucketSlots, acc: BucketAcc, rec: BucketRecord | None, take, clock, it,
-              n, t, cfg: ServerConfig):
+def _complete(sl: BucketSlots, acc: BucketAcc, rec: BucketRecord | None, take, first,
+              clock, it, n, t, cfg: ServerConfig):
     """Step 6: slots that generated their whole output finish and free their slot; their
     outcomes enter the accumulators, the ``Record`` (if kept) and ``Finished``."""
     status, output, weight, t_first = sl.status, sl.output, sl.weight, sl.t_first
@@ -92,7 +108,7 @@ def _complete(sl: BucketSlots, acc: BucketAcc, rec: BucketRecord | None, take, c
                    ttft=ttft, tpot=tpot, bits=pack_bits(done))
     sl_req = sl.req
     if rec is not None:
-        ridx = jnp.where(take, sl_req, n)  # out of range -> dropped by the scatter
+        ridx = jnp.where(first, sl_req, n)  # out of range -> dropped by the scatter
         first_adm = take & (rec.admit_iter[jnp.minimum(sl_req, n - 1)] < 0)
         aidx = jnp.where(first_adm, sl_req, n)
         didx = jnp.where(done, sl_req, n)
@@ -111,21 +127,55 @@ def _complete(sl: BucketSlots, acc: BucketAcc, rec: BucketRecord | None, take, c
 
 
 def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, pol):
-    """One continuous-batching iteration (docs/server-semantics.md, steps 1-6)."""
+    """One continuous-batching iteration (docs/server-semantics.md): vLLM v0's default
+    scheduler (an iteration prefills, resumed then new requests, or else decodes) or,
+    with ``cfg.chunked``, chunked prefill (decodes first, then prefill chunks fill the
+    token budget)."""
     pools = pool_sizes(cfg, params, pol)  # (normal, large) pool sizes in tokens
     slot = jnp.arange(cfg.n_slots, dtype=jnp.int32)
+    order0 = st.it * (cfg.n_slots + cfg.admit_window)  # this iteration's queue numbers
     clock, n_free, n_wait = _idle_jump(st, wl, cfg)  # 1
-    sl, acc, ov = overflow(st.slots, st.acc, pools, params, t, cfg, pol)  # 2
-    sl, rs = resume(sl, ov, n_free, n_wait, pools, slot, params, t, cfg, pol)  # 3a
+    sl, acc = st.slots, st.acc
+    n_run0 = cfg.n_slots - n_free - n_wait
+    budget_all = cfg.max_prefill.astype(jnp.float32)
+    yes = jnp.ones((), bool)
+    if cfg.chunked:  # running first: decodes (and overflow), then the partial prefill
+        sl, acc, ov = overflow(sl, acc, pools, params, t, cfg, pol, order0)  # 2
+        left = jnp.maximum(budget_all - jnp.sum(ov.decoding), 0.0)
+        part = (sl.status == 1) & (sl.todo > 0)
+        cont = jnp.where(part, jnp.minimum(sl.todo.astype(jnp.float32),
+                                           left - _before(part, sl.todo)), 0.0)
+        cont = jnp.maximum(cont, 0.0)
+        sl = sl.replace(todo=sl.todo - jnp.round(cont).astype(jnp.int32))
+        budget = Budget(tokens=left - jnp.sum(cont), exempt=~yes, allowed=ov.n_pre == 0)
+        n_run0 = n_run0 - ov.n_pre
+        n_wait = n_wait + ov.n_pre
+        used = (ov.used_n, ov.used_l)
+    else:
+        budget = Budget(tokens=budget_all, exempt=yes, allowed=yes)
+        used = memory.pool_use(sl.status == 1, sl.reserved, sl.large)
+        cont = jnp.zeros(sl.reserved.shape, jnp.float32)
+    sl, rs = resume(sl, n_run0, n_wait, used, pools, slot, order0, budget, params, t,
+                    cfg, pol)  # 3a
     sl, head, acc, ad = admit(  # 3b
-        sl, st.head, acc, st.win.bounds, rs, n_free, pools, clock, wl, params, t, cfg,
-        pol)
+        sl, st.head, acc, st.win.bounds, rs, budget, n_free, pools, clock, order0, wl,
+        params, t, cfg, pol)
+    if not cfg.chunked:  # v0: an iteration that prefills runs no decode
+        sl, acc, ov = overflow(sl, acc, pools, params, t, cfg, pol, order0,
+                               active=rs.n_res + ad.n_adm == 0)  # 2
     sl, head, acc = drop_unservable(  # the drop rule
-        sl, head, acc, ov, rs, ad, pools, slot, clock, cfg, pol)
-    sl, clock, acc, now = _advance(  # 4-5
-        sl, acc, ov, rs, ad, pools, clock, hw, params, cfg, pol)
+        sl, head, acc, rs, ad, n_run0, pools, slot, clock, cfg, pol)
+    sl, clock, acc, now, first = _advance(  # 4-5
+        sl, acc, ov, rs, ad, cont, pools, clock, hw, params, cfg, pol)
     sl, acc, fin, rec = _complete(  # 6
-        sl, acc, st.rec, ad.take, clock, st.it, wl.size, t, cfg)
+        sl, acc, st.rec, ad.take, first, clock, st.it, wl.size, t, cfg)
     new = SimState(slots=sl, head=head, clock=clock, it=st.it + 1, win=st.win, acc=acc,
                    rec=rec)
     return new, (jnp.sum(now), fin)
+
+
+def _before(mask, x):
+    """For each masked slot, the sum of ``x`` over masked slots before it (slot order;
+    at most one slot is partly prefilled at a time, so this is 0 in practice)."""
+    xm = jnp.where(mask, x, 0).astype(jnp.float32)
+    return jnp.cumsum(xm) - xm
