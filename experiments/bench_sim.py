@@ -71,6 +71,7 @@ def _problem(n_requests: int, n_slots: int):
 
     import hardware
     from models import ServerConfig, make_workload
+    from tuner.scenario import clip_lengths
     from tuner.workloads.error_model import load_default_error_model
     from tuner.workloads.presets import traces_dir
     from tuner.workloads.traces import load_trace
@@ -80,16 +81,16 @@ def _problem(n_requests: int, n_slots: int):
     sl = slice(0, n_requests)
     max_len = int(min(max(256, 2 ** int(np.ceil(np.log2(tr.output_tokens[sl].max())))),
                       16384))
-    out = np.minimum(tr.output_tokens[sl], max_len)
+    prompt, out = clip_lengths(tr.prompt_tokens[sl], tr.output_tokens[sl], max_len=max_len,
+                               max_position=dep.model.max_position)
     pred, u = load_default_error_model().sample(out, 0)
-    prompt = np.minimum(tr.prompt_tokens[sl], dep.model.max_position - max_len)
     wl = make_workload(tr.arrival_s[sl] - tr.arrival_s[sl].min(), prompt, out, pred, u)
     cfg = ServerConfig(
         capacity_tokens=jnp.float32(dep.kv_capacity_tokens), max_batch=jnp.int32(n_slots),
         max_prefill=jnp.float32(8192), ttft_slo_s=jnp.float32(5.0),
         tpot_slo_s=jnp.float32(0.15), token_scale=jnp.float32(32.0),
         kv_bytes_per_token=jnp.float32(dep.kv_bytes_per_token_per_device),
-        watermark_tokens=jnp.float32(0.01 * dep.kv_capacity_tokens),
+        watermark_tokens=jnp.float32(np.floor(0.01 * dep.kv_capacity_tokens)),
         n_slots=n_slots, admit_window=32, max_len=max_len)
     return wl, cfg, hardware.roofline_params(dep)
 

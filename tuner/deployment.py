@@ -63,17 +63,25 @@ def vllm_args(sc: Scenario, block_size: int = VLLM_BLOCK_SIZE) -> dict:
     https://docs.vllm.ai/en/latest/models/engine_args.html; also in the v0.8 pages under
     serving/engine_args.html): ``--tensor-parallel-size``, ``--pipeline-parallel-size``,
     ``--block-size`` (16 by default), ``--gpu-memory-utilization``, ``--max-num-seqs``,
-    ``--max-num-batched-tokens``, ``--max-model-len``; ``vllm serve MODEL`` takes the
-    model as its first argument.
+    ``--max-num-batched-tokens``, ``--max-model-len``, ``--enable-chunked-prefill``;
+    ``vllm serve MODEL`` takes the model as its first argument.
+
+    ``--max-num-seqs`` and ``--max-num-batched-tokens`` are the scenario's ``max_batch``
+    and ``max_prefill``. The scheduler ``chunked`` adds ``--enable-chunked-prefill``; the
+    default ``v0`` is vLLM V0's default scheduler, chunked prefill disabled, which vLLM
+    V1 no longer offers (its scheduler always mixes decodes and prefill chunks): the
+    notes say so. vLLM V0's block manager keeps 1% of the blocks free at admission (the
+    scenario's default ``watermark``) and has no engine argument for it: a note says
+    when the scenario assumed another share.
     """
     dep, cfg = sc.deployment, sc.cfg
     cap = int(float(cfg.capacity_tokens))
     max_batch, max_prefill = int(cfg.max_batch), int(float(cfg.max_prefill))
-    # --max-model-len (prompt + output tokens of one request): build_scenario clips
-    # outputs to max_len and prompts to max_position - max_len, so the longest request
-    # it simulates is the model's context, max_position = (prompt allowance) + max_len.
-    # Capped at the KV pool in whole blocks: vLLM refuses to start when one request of
-    # max-model-len does not fit in its KV cache.
+    # --max-model-len (prompt + output tokens of one request): build_scenario clips each
+    # request to prompt + output <= max_position (tuner.scenario.clip_lengths), so the
+    # longest request it simulates fits the model's context. Capped at the KV pool in
+    # whole blocks: vLLM refuses to start when one request of max-model-len does not fit
+    # in its KV cache.
     max_model_len = min(int(dep.model.max_position), cap // block_size * block_size)
     args = {"--model": _hf_id(dep.model), "--tensor-parallel-size": int(dep.tp)}
     if dep.pp > 1:
@@ -82,15 +90,34 @@ def vllm_args(sc: Scenario, block_size: int = VLLM_BLOCK_SIZE) -> dict:
                  "--gpu-memory-utilization": float(dep.mem_util),
                  "--max-num-seqs": max_batch, "--max-num-batched-tokens": max_prefill,
                  "--max-model-len": max_model_len})
+    chunked = bool(cfg.chunked)
+    if chunked:
+        args["--enable-chunked-prefill"] = True  # a switch: no value on the command line
     cmd = ["vllm", "serve", args["--model"]]
     for k, v in args.items():
-        if k != "--model":
-            cmd += [k, str(v)]
-    notes = ["vLLM counts decode tokens in --max-num-batched-tokens too; the simulation "
-             "limits prefill tokens only"]
-    if max_prefill < max_model_len:
-        notes.append("--max-num-batched-tokens below --max-model-len needs chunked "
-                     "prefill (on by default in vLLM V1)")
+        if k == "--model":
+            continue
+        cmd += [k] if v is True else [k, str(v)]
+    if chunked:
+        notes = ["scheduler chunked: chunked prefill, vLLM V1's scheduler (decodes and "
+                 "prompt chunks share each step's --max-num-batched-tokens); a vLLM V0 "
+                 "engine needs --enable-chunked-prefill for it"]
+    else:
+        notes = ["scheduler v0: vLLM V0's default scheduler, chunked prefill disabled "
+                 "(prefill-only iterations, whole prompts within "
+                 "--max-num-batched-tokens); vLLM V1 no longer offers it (its scheduler "
+                 "always mixes decodes and prefill chunks), so these arguments mean the "
+                 "simulated server on a vLLM V0 engine (VLLM_USE_V1=0, where vLLM still "
+                 "has it); simulate --scheduler chunked for vLLM V1"]
+        if max_prefill < max_model_len:
+            notes.append("--max-num-batched-tokens below --max-model-len: vLLM V0 "
+                         "refuses to start without chunked prefill; raise --max-prefill "
+                         "or simulate --scheduler chunked")
+    watermark = float(getattr(sc.spec, "watermark", 0.01))
+    if watermark != 0.01:
+        notes.append(f"the simulation keeps {watermark:g} of the KV capacity free at "
+                     "admission; vLLM V0's block manager keeps 0.01 (1% of the blocks) "
+                     "and has no engine argument for it")
     try:  # vLLM sizes its activation reserve by profiling at these batch limits
         profiled = hardware.make_deployment(
             dep.device, dep.model, tp=dep.tp, pp=dep.pp, mem_util=dep.mem_util,

@@ -19,7 +19,8 @@ from models import get_system, list_systems, metrics, simulate_until_done, valid
 from tuner.atomic import plain
 from tuner.capacity import exact_capacity, ladder_rates
 from tuner.objectives import DEFAULT_OBJECTIVE, parse_objective
-from tuner.scenario import Scenario, ScenarioSpec, build_scenario
+from tuner.scenario import (SCHEDULERS, Scenario, ScenarioSpec, build_scenario,
+                            check_spec)
 
 __all__ = ["evaluate", "run", "parse_param", "add_scenario_args", "spec_from_args", "main"]
 
@@ -93,8 +94,30 @@ def add_scenario_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--n-requests", type=int, default=None)
     g.add_argument("--offset", type=int, default=None)
     g.add_argument("--seed", type=int, default=None)
-    g.add_argument("--max-len", type=int, default=None)
-    g.add_argument("--slots", type=int, default=None, dest="n_slots")
+    g.add_argument("--max-len", type=int, default=None,
+                   help="output tokens per request at most (default: the next power of "
+                   "two >= the longest output, within the model's context); prompt + "
+                   "output is clipped to the context per request")
+    g.add_argument("--max-tokens", type=int, default=None,
+                   help="prompt + output tokens per request at most, both scaled down "
+                   "proportionally (Vidur's --trace_request_length_generator_config_"
+                   "max_tokens); default: no such clip")
+    g.add_argument("--slots", type=int, default=None, dest="n_slots",
+                   help=f"slot table size (default {d.n_slots}); also --max-batch unless "
+                   "that is given")
+    g.add_argument("--max-batch", type=int, default=None,
+                   help=f"running requests at most, vLLM --max-num-seqs (default: "
+                   f"--slots, {d.max_batch})")
+    g.add_argument("--max-prefill", type=int, default=None,
+                   help=f"tokens per iteration, vLLM --max-num-batched-tokens (default "
+                   f"{d.max_prefill})")
+    g.add_argument("--scheduler", default=None, metavar="{" + ",".join(SCHEDULERS) + "}",
+                   help=f"v0: vLLM v0's default scheduler, chunked prefill off "
+                   f"(prefill-only iterations); chunked: chunked prefill, as vLLM V1 "
+                   f"(default {d.scheduler})")
+    g.add_argument("--watermark", type=float, default=None,
+                   help=f"share of the KV capacity a paged admission leaves free, in "
+                   f"[0, 0.5) (default {d.watermark:g}: vLLM v0's 1%% of the blocks)")
     g.add_argument("--ttft-slo", type=float, default=None, dest="ttft_slo_s",
                    help="TTFT SLO in s (default: --slo-scale x the uncontended TTFT)")
     g.add_argument("--tpot-slo", type=float, default=None, dest="tpot_slo_s",
@@ -108,14 +131,15 @@ def add_scenario_args(ap: argparse.ArgumentParser) -> None:
 
 
 SCENARIO_KEYS = ("trace", "hardware", "model", "tp", "capacity_tokens", "rate",
-                 "n_requests", "offset", "seed", "max_len", "n_slots", "ttft_slo_s",
+                 "n_requests", "offset", "seed", "max_len", "max_tokens", "n_slots",
+                 "max_batch", "max_prefill", "scheduler", "watermark", "ttft_slo_s",
                  "tpot_slo_s", "slo_scale")
 
 
 def spec_from_args(args, base: ScenarioSpec | None = None) -> ScenarioSpec:
     base = base or ScenarioSpec()
     over = {k: getattr(args, k) for k in SCENARIO_KEYS if getattr(args, k, None) is not None}
-    if "n_slots" in over:
+    if "n_slots" in over and "max_batch" not in over:
         over["max_batch"] = over["n_slots"]
     if getattr(args, "options", None):
         opts = dict(base.options)
@@ -125,7 +149,9 @@ def spec_from_args(args, base: ScenarioSpec | None = None) -> ScenarioSpec:
                 raise ValueError(f"--option {text!r}: expected an integer value")
             opts[key] = int(value)
         over["options"] = tuple(sorted(opts.items()))
-    return base.replace(**over)
+    spec = base.replace(**over)
+    check_spec(spec)  # bad settings fail before any work
+    return spec
 
 
 def main(argv=None) -> int:

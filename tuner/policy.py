@@ -10,7 +10,7 @@ from pathlib import Path
 
 from models import get_system, validate_params
 from tuner.atomic import plain
-from tuner.scenario import ScenarioSpec
+from tuner.scenario import ScenarioSpec, check_spec
 
 __all__ = ["SCHEMA", "make_policy", "load_policy", "package_version"]
 
@@ -70,10 +70,12 @@ def load_policy(path) -> dict:
     except ValueError as e:
         raise ValueError(f"{path}: field 'system': {e}") from None
     fields = set(ScenarioSpec.__dataclass_fields__)
-    # files written before family options name ODMA's window settings directly, and
-    # before SLOs were derived they lack slo_scale (its default applies)
+    # files written before family options name ODMA's window settings directly; before
+    # SLOs were derived they lack slo_scale, and before the total-token clip, scheduler
+    # and watermark settings they lack those (the defaults apply: no clip, vLLM v0's
+    # scheduler, 1% watermark)
     legacy = {"window", "refresh_every", "refresh_check"}
-    optional = {"block", "options", "slo_scale"}
+    optional = {"block", "options", "slo_scale", "max_tokens", "scheduler", "watermark"}
     sc = doc["scenario"]
     if (not isinstance(sc, dict) or set(sc) - fields - legacy
             or (fields - optional) - set(sc)):
@@ -81,7 +83,9 @@ def load_policy(path) -> dict:
                if isinstance(sc, dict) else "not an object")
         raise ValueError(f"{path}: field 'scenario' has unknown or missing keys: {bad}")
     try:
-        sc = doc["scenario"] = ScenarioSpec.from_dict(sc).to_dict()
+        scenario = ScenarioSpec.from_dict(sc)
+        check_spec(scenario)
+        sc = doc["scenario"] = scenario.to_dict()
     except (TypeError, ValueError) as e:
         raise ValueError(f"{path}: field 'scenario': {e}") from None
     if sc["hardware"] != doc["hardware"] or sc["model"] != doc["model"]:

@@ -26,9 +26,16 @@ from tuner.workloads import arrivals
 from tuner.workloads.presets import resolve_trace
 from tuner.workloads.traces import Trace, summary, to_workload
 
-__all__ = ["ScenarioSpec", "Scenario", "build_scenario", "DEFAULT_RATE"]
+__all__ = ["ScenarioSpec", "Scenario", "build_scenario", "check_spec", "clip_lengths",
+           "scale_to_max_tokens", "DEFAULT_RATE", "SCHEDULERS"]
 
 DEFAULT_RATE = 5.0  # req/s for traces without timestamps (Azure conv. averages 5.53)
+# "v0": vLLM v0's default scheduler (chunked prefill off: prefill-only iterations, whole
+# prompts under the max_prefill budget); "chunked": chunked prefill (vLLM V1's only mode)
+SCHEDULERS = ("v0", "chunked")
+# fields added after policy files were first written: at their defaults they are left
+# out of the fingerprint, so a scenario that does not use them keeps its fingerprint
+_LATER_FIELDS = ("max_tokens", "scheduler", "watermark")
 PREDICTOR_CACHE = Path.home() / ".cache" / "kvtune" / "predictor.msgpack"
 
 
@@ -43,10 +50,17 @@ class ScenarioSpec:
     n_requests: int | None = None        # None: the whole trace
     offset: int = 0                      # first request of the slice
     seed: int = 0                        # arrivals (when drawn) and prediction errors
-    max_len: int | None = None           # None: next power of two >= max output
+    max_len: int | None = None           # output cap; None: next power of two >= max
+    #                                      output (at most 16384 and the model's context)
+    # per request prompt + output <= max_tokens, scaled down proportionally as Vidur's
+    # trace length generator does (scale_to_max_tokens); None: no such clip
+    max_tokens: int | None = None
     n_slots: int = 256
-    max_batch: int = 256
-    max_prefill: int = 8192
+    max_batch: int = 256                 # running requests at most (vLLM max_num_seqs)
+    max_prefill: int = 8192              # tokens per iteration (max_num_batched_tokens)
+    scheduler: str = "v0"                # one of SCHEDULERS
+    watermark: float = 0.01              # KV share a paged admission leaves free (vLLM
+    #                                      v0 block manager: 1% of the blocks)
     admit_window: int = 32
     ttft_slo_s: float | None = None      # None: slo_scale x the uncontended TTFT
     tpot_slo_s: float | None = None      # None: slo_scale x the uncontended TPOT
@@ -93,7 +107,8 @@ class Scenario:
     prediction_source: str
     summary: dict
     fingerprint: str
-    clipped_outputs: int
+    clipped_outputs: int     # requests of the slice whose output was shortened
+    clipped_prompts: int = 0  # requests of the slice whose prompt was shortened
     slo: dict = dataclasses.field(default_factory=dict)  # ttft_s, tpot_s, source
     warnings: tuple = ()     # silent assumptions and overload, for the CLI to print
 
@@ -157,12 +172,89 @@ def _predictions(trace: Trace, out, spec: ScenarioSpec, sl: slice):
     return l_hat, u, "error-model"
 
 
-def build_scenario(spec: ScenarioSpec) -> Scenario:
-    """Resolve the trace, slice it, draw predictions and build the simulator inputs."""
+def scale_to_max_tokens(prompt, output, max_tokens: int):
+    """Each request's prompt + output scaled down proportionally to at most
+    ``max_tokens``, by the rule of Vidur's trace request-length generator
+    (microsoft/vidur, vidur/request_generator/trace_request_length_generator.py,
+    ``TraceRequestLengthGenerator.__init__``; ``--trace_request_length_generator_config_
+    max_tokens``): with ``total = p + o`` and ``diff = max(total - max_tokens, 0)``, the
+    prompt loses ``ceil(diff * (p / total))`` tokens and the output
+    ``ceil(diff * (o / total))`` (the ratio taken first, in float64, as there), then
+    each is raised to at least 1. Both deductions round up, so a clipped request may end
+    a token short of ``max_tokens``; requests within it are unchanged."""
+    if max_tokens < 2:
+        raise ValueError(f"max_tokens must be >= 2 (one prompt and one output token), "
+                         f"got {max_tokens}")
+    p = np.asarray(prompt, np.int64)
+    o = np.asarray(output, np.int64)
+    total = p + o
+    diff = np.maximum(total - int(max_tokens), 0)
+    ratio_p = p / np.maximum(total, 1)  # total >= 2: trace token counts are >= 1
+    ratio_o = o / np.maximum(total, 1)
+    p = np.maximum(p - np.ceil(diff * ratio_p).astype(np.int64), 1)
+    o = np.maximum(o - np.ceil(diff * ratio_o).astype(np.int64), 1)
+    return p, o
+
+
+def clip_lengths(prompt, output, *, max_len: int, max_position: int,
+                 max_tokens: int | None = None):
+    """The lengths a request has in the simulation: first the total-token clip
+    (:func:`scale_to_max_tokens`, when ``max_tokens`` is set), then vLLM's context rule
+    (``max_model_len``: prompt + output <= ``max_position``): a prompt is cut to
+    ``max_position - 1`` only if longer, an output to ``min(max_len, max_position -
+    prompt)``. Returns (prompt, output) as int64 arrays."""
+    p = np.asarray(prompt, np.int64)
+    o = np.asarray(output, np.int64)
+    if max_tokens is not None:
+        p, o = scale_to_max_tokens(p, o, max_tokens)
+    p = np.minimum(p, int(max_position) - 1)
+    o = np.minimum(o, np.minimum(int(max_len), int(max_position) - p))
+    return p, o
+
+
+def check_spec(spec: ScenarioSpec) -> None:
+    """Raise ValueError on settings no scenario can have (those that need the trace or
+    the deployment are checked by :func:`build_scenario`)."""
     if spec.n_slots < 16 or spec.admit_window < 1 or spec.max_batch < 1 or spec.block < 1:
         raise ValueError("n_slots must be >= 16, admit_window, max_batch and block >= 1")
+    if spec.max_batch > spec.n_slots:
+        raise ValueError(f"max_batch {spec.max_batch} exceeds n_slots {spec.n_slots}: the "
+                         "slot table holds every running request (raise --slots)")
+    if not spec.max_prefill >= 1:
+        raise ValueError(f"max_prefill must be >= 1 token per iteration, got "
+                         f"{spec.max_prefill}")
     if spec.rate is not None and not spec.rate > 0:
         raise ValueError(f"rate must be > 0 req/s, got {spec.rate}")
+    if spec.max_len is not None and spec.max_len < 1:
+        raise ValueError(f"max_len must be >= 1 token, got {spec.max_len}")
+    mt = spec.max_tokens
+    if mt is not None and (isinstance(mt, bool) or not isinstance(mt, (int, np.integer))
+                           or mt < 2):
+        raise ValueError(f"max_tokens must be an integer >= 2 (one prompt and one output "
+                         f"token), got {mt!r}")
+    if not isinstance(spec.scheduler, str) or spec.scheduler not in SCHEDULERS:
+        raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)} (v0: vLLM v0's "
+                         f"default, chunked prefill off; chunked: chunked prefill), got "
+                         f"{spec.scheduler!r}")
+    w = spec.watermark
+    if (isinstance(w, bool) or not isinstance(w, (int, float, np.floating))
+            or not 0.0 <= w < 0.5):
+        raise ValueError(f"watermark must be a share of the KV capacity in [0, 0.5), "
+                         f"got {w!r}")
+
+
+def _fingerprint_spec(spec: ScenarioSpec) -> dict:
+    d = spec.to_dict()
+    default = ScenarioSpec()
+    for k in _LATER_FIELDS:
+        if d[k] == getattr(default, k):
+            del d[k]
+    return d
+
+
+def build_scenario(spec: ScenarioSpec) -> Scenario:
+    """Resolve the trace, slice it, draw predictions and build the simulator inputs."""
+    check_spec(spec)
     trace = resolve_trace(spec.trace, seed=spec.seed)
     n_total = len(trace.output_tokens)
     end = n_total if spec.n_requests is None else spec.offset + spec.n_requests
@@ -171,15 +263,39 @@ def build_scenario(spec: ScenarioSpec) -> Scenario:
                          f"{n_total} requests")
     sl = slice(spec.offset, end)
     dep = hardware.make_deployment(spec.hardware, spec.model, tp=spec.tp)
-    max_out = int(trace.output_tokens[sl].max())
-    max_len = spec.max_len or int(min(max(256, 2 ** int(np.ceil(np.log2(max_out)))), 16384))
-    if max_len > dep.model.max_position:
+    max_pos = int(dep.model.max_position)
+    raw_p, raw_o = trace.prompt_tokens, trace.output_tokens
+    if spec.max_tokens is not None:
+        scaled_p, scaled_o = scale_to_max_tokens(raw_p, raw_o, spec.max_tokens)
+    else:
+        scaled_p, scaled_o = raw_p, raw_o
+    max_out = int(scaled_o[sl].max())
+    max_len = spec.max_len or int(min(max(256, 2 ** int(np.ceil(np.log2(max_out)))), 16384,
+                                      max_pos))
+    if max_len > max_pos:
         raise ValueError(f"max_len {max_len} exceeds {dep.model.name}'s context "
-                         f"{dep.model.max_position}")
-    out = np.minimum(trace.output_tokens[sl], max_len)
-    prompt = np.minimum(trace.prompt_tokens[sl], dep.model.max_position - max_len)
+                         f"{max_pos}")
+    # the whole trace, clipped per request: the slice, the history before it and the
+    # uncontended latencies of the SLOs all see the same lengths
+    all_p, all_o = clip_lengths(raw_p, raw_o, max_len=max_len, max_position=max_pos,
+                                max_tokens=spec.max_tokens)
+    prompt, out = all_p[sl], all_o[sl]
     n = len(out)
     warnings = []
+    n_scaled = int(np.sum((scaled_p[sl] + scaled_o[sl]) < (raw_p[sl] + raw_o[sl])))
+    clipped_prompts = int(np.sum(prompt < raw_p[sl]))
+    clipped_outputs = int(np.sum(out < raw_o[sl]))
+    if n_scaled:
+        warnings.append(f"max_tokens {spec.max_tokens}: {n_scaled} of {n} requests' "
+                        "prompt + output scaled down proportionally to fit (Vidur's rule)")
+    ctx_p = int(np.sum(prompt < scaled_p[sl]))
+    ctx_o = int(np.sum(out < scaled_o[sl]))
+    if ctx_p:
+        warnings.append(f"{ctx_p} of {n} prompts clipped to {max_pos - 1} tokens "
+                        f"({dep.model.name}'s context {max_pos} less one output token)")
+    if ctx_o:
+        warnings.append(f"{ctx_o} of {n} outputs clipped to min(max_len {max_len}, "
+                        f"context {max_pos} - prompt)")
     if trace.arrival_s is not None:
         arr = arrivals.replay(trace.arrival_s[sl] - trace.arrival_s[sl].min(), spec.rate)
     else:
@@ -196,27 +312,26 @@ def build_scenario(spec: ScenarioSpec) -> Scenario:
     wl = to_workload(sliced, pred_tokens=pred, pred_u=u)
     capacity = spec.capacity_tokens or dep.kv_capacity_tokens
     roof = hardware.roofline_params(dep)
-    slo = _slos(spec, roof, np.minimum(trace.prompt_tokens, dep.model.max_position - max_len),
-                np.minimum(trace.output_tokens, max_len))
+    slo = _slos(spec, roof, all_p, all_o)
     cfg = ServerConfig(
         capacity_tokens=jnp.float32(capacity), max_batch=jnp.int32(spec.max_batch),
         max_prefill=jnp.float32(spec.max_prefill), ttft_slo_s=jnp.float32(slo["ttft_s"]),
         tpot_slo_s=jnp.float32(slo["tpot_s"]), token_scale=jnp.float32(32.0),
         kv_bytes_per_token=jnp.float32(dep.kv_bytes_per_token_per_device),
-        watermark_tokens=jnp.float32(np.floor(0.01 * capacity)),
-        n_slots=spec.n_slots, admit_window=spec.admit_window, max_len=max_len)
-    history = np.minimum(trace.output_tokens[:spec.offset], max_len).astype(np.int32)
+        watermark_tokens=jnp.float32(np.floor(spec.watermark * capacity)),
+        n_slots=spec.n_slots, admit_window=spec.admit_window, max_len=max_len,
+        chunked=spec.scheduler == "chunked")
+    history = all_o[:spec.offset].astype(np.int32)
     stats = summary(sliced)
     stats["rate_rps"] = (n - 1) / float(np.max(arr))
     digest = hashlib.sha256()
     for a in (arr, prompt, out, pred, u):
         digest.update(np.ascontiguousarray(np.asarray(a, np.float64)).tobytes())
-    digest.update(json.dumps(spec.to_dict(), sort_keys=True).encode())
-    return Scenario(spec=spec, workload=wl, cfg=cfg, hw=roof,
-                    deployment=dep, history=history, prediction_source=source, summary=stats,
-                    fingerprint=digest.hexdigest()[:16],
-                    clipped_outputs=int(np.sum(trace.output_tokens[sl] > max_len)),
-                    slo=slo, warnings=tuple(warnings))
+    digest.update(json.dumps(_fingerprint_spec(spec), sort_keys=True).encode())
+    return Scenario(spec=spec, workload=wl, cfg=cfg, hw=roof, deployment=dep,
+                    history=history, prediction_source=source, summary=stats,
+                    fingerprint=digest.hexdigest()[:16], clipped_outputs=clipped_outputs,
+                    clipped_prompts=clipped_prompts, slo=slo, warnings=tuple(warnings))
 
 
 def _slos(spec: ScenarioSpec, roof, prompt, output) -> dict:
