@@ -1,6 +1,7 @@
 """Hardware and model facts, deployments, and the roofline step-time model.
 
-Every preset number carries its source (``Device.sources`` / ``LLMSpec.sources``).
+Every preset number carries its source (``Device.sources`` / ``LLMSpec.sources``),
+including the measured efficiencies and tensor-parallel fabric the roofline uses.
 """
 
 from hardware.deploy import (
@@ -22,6 +23,7 @@ from hardware.roofline import (
     effective_bandwidth,
     iteration_time,
     roofline_params,
+    tp_allreduce_time,
 )
 
 __all__ = [
@@ -42,4 +44,5 @@ __all__ = [
     "register_device",
     "register_model",
     "roofline_params",
+    "tp_allreduce_time",
 ]

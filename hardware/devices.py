@@ -1,4 +1,5 @@
-"""Accelerator descriptions: memory size, bandwidths, random-access penalty, compute.
+"""Accelerator descriptions: memory size, bandwidths, random-access penalty, compute,
+the tensor-parallel interconnect, and the measured efficiencies the roofline uses.
 
 A :class:`Device` holds per-device numbers only; how many devices a model spans is a
 :class:`hardware.deploy.Deployment`. Presets live in ``hardware/_device_presets.py``
@@ -21,6 +22,7 @@ from hardware._registry import Registry, check_positive, check_sources
 
 __all__ = [
     "NUMERIC_FIELDS",
+    "OPTIONAL_DEFAULTS",
     "Device",
     "get_device",
     "list_devices",
@@ -36,7 +38,26 @@ NUMERIC_FIELDS = (
     "peak_flops",
     "host_link_bw",
     "network_bw",
+    "tp_link_bw",
+    "tp_allreduce_latency_s",
+    "mfu",
+    "bw_eff",
 )
+# Fields a device file may leave out; the value used instead (and cited as such).
+# tp_link_bw None means "the host link": no dedicated GPU-to-GPU fabric.
+OPTIONAL_DEFAULTS = {
+    "tp_link_bw": None,
+    "tp_allreduce_latency_s": 25e-6,
+    "mfu": 0.5,
+    "bw_eff": 0.8,
+}
+_DEFAULT_SOURCES = {
+    "tp_link_bw": "default: no GPU-to-GPU fabric given, the host link (host_link_bw)",
+    "tp_allreduce_latency_s": "default assumption (25 us, between the measured 10 us "
+    "of 2 NVLink A100s and 42 us of 8 PCIe GPUs; see _device_presets.py)",
+    "mfu": "default assumption (0.5; kvtune's former global default)",
+    "bw_eff": "default assumption (0.8; kvtune's former global default)",
+}
 
 
 @dataclass(frozen=True)
@@ -45,7 +66,11 @@ class Device:
 
     ``alpha`` is B_rand / B_seq for small scattered reads; ``burst_bytes`` is the
     contiguous chunk size at which half of that penalty is recovered (see
-    :func:`hardware.roofline.effective_bandwidth`).
+    :func:`hardware.roofline.effective_bandwidth`). ``tp_link_bw`` and
+    ``tp_allreduce_latency_s`` describe the fabric tensor-parallel all-reduces use
+    (NVLink, MLU-Link or PCIe); ``mfu`` and ``bw_eff`` are measured achievable shares
+    of ``peak_flops`` and ``stream_bw``. The last four have defaults (see
+    :data:`OPTIONAL_DEFAULTS`) so older device files still load.
     """
 
     name: str
@@ -58,6 +83,10 @@ class Device:
     network_bw: float  # inter-node network, bytes/s per device per direction
     memory_kind: str  # "LPDDR5", "HBM3", ...
     sources: tuple[tuple[str, str], ...] = ()  # (field, where the number came from)
+    tp_link_bw: float | None = None  # TP fabric, bytes/s per direction (None: host)
+    tp_allreduce_latency_s: float = OPTIONAL_DEFAULTS["tp_allreduce_latency_s"]
+    mfu: float = OPTIONAL_DEFAULTS["mfu"]  # achievable share of peak_flops
+    bw_eff: float = OPTIONAL_DEFAULTS["bw_eff"]  # achievable share of stream_bw
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -65,12 +94,16 @@ class Device:
                 f"Device: field 'name' must be a non-empty string, got {self.name!r}"
             )
         owner = f"Device {self.name!r}"
+        if self.tp_link_bw is None:
+            object.__setattr__(self, "tp_link_bw", self.host_link_bw)
         for field in NUMERIC_FIELDS:
             check_positive(owner, field, getattr(self, field))
-        if not 0.0 < self.alpha <= 1.0:
-            raise ValueError(
-                f"{owner}: field 'alpha' must be in (0, 1], got {self.alpha!r}"
-            )
+        for field in ("alpha", "mfu", "bw_eff"):
+            v = getattr(self, field)
+            if not 0.0 < v <= 1.0:
+                raise ValueError(
+                    f"{owner}: field {field!r} must be in (0, 1], got {v!r}"
+                )
         if not isinstance(self.memory_kind, str) or not self.memory_kind:
             raise ValueError(
                 f"{owner}: field 'memory_kind' must be a non-empty "
@@ -104,7 +137,7 @@ def list_devices() -> list[str]:
 
 
 _FIELDS = {f.name for f in dataclasses.fields(Device)}
-_REQUIRED = _FIELDS - {"sources"}
+_REQUIRED = _FIELDS - {"sources"} - set(OPTIONAL_DEFAULTS)
 
 
 def _device_from_record(record, where: str) -> Device:
@@ -124,10 +157,15 @@ def _device_from_record(record, where: str) -> Device:
         raise ValueError(f"{where}: missing field {missing[0]!r}")
     values = dict(record)
     for field in NUMERIC_FIELDS:  # store ints as floats; Device rejects the rest
-        v = values[field]
+        v = values.get(field)
         if isinstance(v, int) and not isinstance(v, bool):
             values[field] = float(v)
-    values.setdefault("sources", {f: where for f in NUMERIC_FIELDS})
+    given = {f: where for f in NUMERIC_FIELDS if f in record}
+    values["sources"] = {
+        **{f: _DEFAULT_SOURCES[f] for f in OPTIONAL_DEFAULTS if f not in record},
+        **given,
+        **dict(check_sources(where, values.get("sources", {}))),
+    }
     try:
         return Device(**values)
     except ValueError as err:
@@ -140,7 +178,9 @@ def load_devices(path, *, overwrite: bool = False) -> list[Device]:
     The file holds one device object, a list of them, or (TOML) an array of
     ``[[device]]`` tables; JSON may also use ``{"device": [...]}``. ``sources`` is
     optional (a table field -> source); without it every number is attributed to the
-    file. Unknown or missing fields raise ValueError naming the file and the field.
+    file. ``tp_link_bw``, ``tp_allreduce_latency_s``, ``mfu`` and ``bw_eff`` may be
+    left out (:data:`OPTIONAL_DEFAULTS`; their sources then say so). Unknown or
+    missing fields raise ValueError naming the file and the field.
     """
     path = Path(path)
     try:

@@ -1,18 +1,27 @@
 """Roofline cost of one continuous-batching iteration, jit/vmap/grad friendly.
 
-Assumptions (defaults of :func:`roofline_params`, all overridable):
+Numbers (defaults of :func:`roofline_params`, all overridable):
 
-* ``mfu = 0.5``: achievable share of dense peak FLOP/s for the large GEMMs of a
-  serving step (assumption; prefill-heavy steps on tuned kernels reach ~0.4-0.6).
-* ``bw_eff = 0.8``: achievable share of streaming bandwidth, inside the 60-85%
-  model-bandwidth-utilisation band reported for vLLM/TensorRT-LLM decode
-  (open-source-ai.tech glossary, "model bandwidth utilization").
-* ``step_overhead_s = 2e-3``: fixed scheduling + launch time per iteration
-  (assumption; vLLM v0.6 release notes put CPU overhead among the main costs of a
-  step, which multi-step scheduling amortises).
+* ``mfu`` and ``bw_eff``: per device, from published measurements carried on the
+  :class:`hardware.Device` presets with their sources (achieved dense BF16 GEMM
+  FLOP/s and STREAM-Triad bandwidth over the datasheet peaks; A100 0.869 / 0.834,
+  H100 0.803 / 0.887). Devices without a measurement carry the former global
+  assumptions 0.5 / 0.8 and say so in their sources.
+* ``step_overhead_s = 4e-3``: fixed scheduling + input preparation + output
+  processing per iteration, measured: "about 4ms of GPU bubble" per decode step in
+  vLLM's profile before multi-step scheduling (vLLM RFC "Multi-Step Scheduling",
+  github.com/vllm-project/vllm/issues/6854; the same RFC quotes 5-13 ms of bubble;
+  vLLM PR #4261 measured ~2.5 ms for the scheduler call alone).
+* Tensor parallelism (Megatron-style, as vLLM shards a decoder): two all-reduces per
+  layer (after attention, after the MLP) of ``new tokens x hidden_size x dtype
+  bytes`` each, as a ring: ``2 (tp-1)/tp * bytes / tp_link_bw`` plus the device's
+  measured small-message latency ``tp_allreduce_latency_s``; zero at ``tp = 1``.
+  vLLM issues the all-reduce on the compute stream and waits for it (no
+  compute/communication overlap by default), so it is added to the stage time.
 
-Not modelled: tensor-parallel all-reduces, pipeline bubbles and activation traffic,
-KV writes of the new tokens (small next to the reads), prefill attention's reads.
+Not modelled: pipeline bubbles and activation traffic between stages, the
+vocabulary-parallel embedding all-reduce and logits gather, KV writes of the new
+tokens (small next to the reads), prefill attention's reads.
 """
 
 from __future__ import annotations
@@ -23,11 +32,18 @@ import jax.numpy as jnp
 
 from hardware.deploy import Deployment
 
-__all__ = ["RooflineParams", "effective_bandwidth", "iteration_time", "roofline_params"]
+__all__ = [
+    "ALLREDUCES_PER_LAYER",
+    "DEFAULT_STEP_OVERHEAD_S",
+    "RooflineParams",
+    "effective_bandwidth",
+    "iteration_time",
+    "roofline_params",
+    "tp_allreduce_time",
+]
 
-DEFAULT_MFU = 0.5
-DEFAULT_BW_EFF = 0.8
-DEFAULT_STEP_OVERHEAD_S = 2e-3
+DEFAULT_STEP_OVERHEAD_S = 4e-3
+ALLREDUCES_PER_LAYER = 2  # Megatron TP: after attention's o_proj, after the MLP
 
 
 def effective_bandwidth(stream_bw, alpha, burst_bytes, chunk_bytes):
@@ -42,7 +58,11 @@ def effective_bandwidth(stream_bw, alpha, burst_bytes, chunk_bytes):
 
 
 class RooflineParams(NamedTuple):
-    """Per-device numbers of one deployment; a pytree of float leaves (vmap-able)."""
+    """Per-device numbers of one deployment; a pytree of float leaves (vmap-able).
+
+    New fields go at the end, so positional construction of the old fields keeps
+    working.
+    """
 
     weight_bytes: float  # weights read once per iteration, per device
     kv_bytes_per_token: float  # K+V of one token, all of this device's layers
@@ -59,16 +79,29 @@ class RooflineParams(NamedTuple):
     bw_eff: float  # achievable fraction of stream_bw
     step_overhead_s: float  # fixed seconds per iteration
     pp: float  # pipeline stages an iteration passes through
+    tp: float = 1.0  # tensor-parallel degree (devices sharing each layer)
+    allreduces_per_stage: float = 0.0  # ALLREDUCES_PER_LAYER * n_layers / pp
+    activation_bytes_per_token: float = 0.0  # hidden_size * dtype bytes
+    tp_link_bw: float = 1.0  # TP fabric, bytes/s per direction
+    tp_allreduce_latency_s: float = 0.0  # fixed seconds per all-reduce
 
 
 def roofline_params(
     dep: Deployment,
     *,
-    mfu: float = DEFAULT_MFU,
-    bw_eff: float = DEFAULT_BW_EFF,
+    mfu: float | None = None,
+    bw_eff: float | None = None,
     step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S,
 ) -> RooflineParams:
-    """The :class:`RooflineParams` (Python floats) of ``dep``."""
+    """The :class:`RooflineParams` (Python floats) of ``dep``.
+
+    ``mfu`` and ``bw_eff`` default to the device's measured figures
+    (``dep.device.mfu`` / ``.bw_eff``, sources on the device); pass a number to
+    override either.
+    """
+    m, d = dep.model, dep.device
+    mfu = d.mfu if mfu is None else mfu
+    bw_eff = d.bw_eff if bw_eff is None else bw_eff
     for field, v, hi in (("mfu", mfu, 1.0), ("bw_eff", bw_eff, 1.0)):
         if not 0.0 < v <= hi:
             raise ValueError(
@@ -80,7 +113,6 @@ def roofline_params(
             f"got {step_overhead_s!r}"
         )
     shards = dep.tp * dep.pp
-    m, d = dep.model, dep.device
     return RooflineParams(
         weight_bytes=float(dep.weight_bytes_per_device),
         kv_bytes_per_token=float(dep.kv_bytes_per_token_per_device),
@@ -97,12 +129,31 @@ def roofline_params(
         bw_eff=float(bw_eff),
         step_overhead_s=float(step_overhead_s),
         pp=float(dep.pp),
+        tp=float(dep.tp),
+        allreduces_per_stage=float(ALLREDUCES_PER_LAYER * m.n_layers / dep.pp),
+        activation_bytes_per_token=float(m.hidden_size * m.dtype_bytes),
+        tp_link_bw=float(d.tp_link_bw),
+        tp_allreduce_latency_s=float(d.tp_allreduce_latency_s),
     )
 
 
 def _as_float(x):
     x = jnp.asarray(x)
     return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(float)
+
+
+def tp_allreduce_time(p: RooflineParams, tokens):
+    """Seconds of tensor-parallel all-reduces one stage spends on ``tokens`` tokens.
+
+    ``allreduces_per_stage`` ring all-reduces of ``tokens * hidden * dtype`` bytes,
+    each ``2 (tp-1)/tp * bytes / tp_link_bw + tp_allreduce_latency_s``; zero at
+    ``tp = 1`` or with no tokens. Arithmetic and ``jnp.where`` only (traceable).
+    """
+    tokens = _as_float(tokens)
+    ring = 2.0 * (p.tp - 1.0) / p.tp
+    one = ring * tokens * p.activation_bytes_per_token / p.tp_link_bw
+    one = one + jnp.where(p.tp > 1.0, p.tp_allreduce_latency_s, 0.0)
+    return jnp.where(tokens > 0, p.allreduces_per_stage * one, 0.0)
 
 
 def iteration_time(
@@ -128,8 +179,10 @@ def iteration_time(
 
     Per stage: ``max(compute, memory)`` with compute = FLOPs / (peak * mfu) and
     memory = weights (only if the iteration has work) / (stream * bw_eff) + KV reads
-    at :func:`effective_bandwidth`. The batch passes ``pp`` stages in turn (no
-    microbatch overlap); then the copy and ``step_overhead_s`` are added.
+    at :func:`effective_bandwidth`, plus the stage's tensor-parallel all-reduces
+    (:func:`tp_allreduce_time`), added serially because vLLM does not overlap them
+    with compute. The batch passes ``pp`` stages in turn (no microbatch overlap);
+    then the copy and ``step_overhead_s`` are added.
     """
     prefill = _as_float(prefill_tokens)
     decode = _as_float(decode_seqs)
@@ -151,5 +204,7 @@ def iteration_time(
     )
     weights_s = jnp.where(new_tokens > 0, p.weight_bytes / bw, 0.0)
     memory_s = weights_s + ctx * p.kv_bytes_per_token / kv_bw
+    comm_s = tp_allreduce_time(p, new_tokens)
     copy_s = 2.0 * _as_float(copy_bytes) / bw
-    return p.pp * jnp.maximum(compute_s, memory_s) + copy_s + p.step_overhead_s
+    stage_s = jnp.maximum(compute_s, memory_s) + comm_s
+    return p.pp * stage_s + copy_s + p.step_overhead_s

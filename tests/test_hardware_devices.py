@@ -21,6 +21,29 @@ def test_every_device_number_has_a_source():
             assert dev.source(field), f"{name}.{field} has no source"
 
 
+def test_new_fields_are_sourced_and_measured_where_claimed():
+    new = ("tp_link_bw", "tp_allreduce_latency_s", "mfu", "bw_eff")
+    assert set(new) <= set(devices_mod.NUMERIC_FIELDS)
+    for name in ("a100-80gb", "h100-80gb", "h800-80gb", "l40s-48gb", "mlu370-x4"):
+        dev = hw.get_device(name)
+        for field in new:
+            assert dev.source(field), f"{name}.{field} has no source"
+    for name in ("a100-80gb", "h100-80gb"):  # published measurements, with URLs
+        dev = hw.get_device(name)
+        for field in ("tp_allreduce_latency_s", "mfu", "bw_eff"):
+            assert "measured" in dev.source(field) and "github.com" in dev.source(field)
+    for name in ("l40s-48gb", "mlu370-x4"):  # no measurement found: said so
+        dev = hw.get_device(name)
+        for field in ("tp_allreduce_latency_s", "mfu", "bw_eff"):
+            assert "assumption" in dev.source(field)
+    # NVLink per direction: half the datasheets' bidirectional figures
+    links = {n: hw.get_device(n).tp_link_bw for n in ("a100-80gb", "h100-80gb")}
+    assert links == {"a100-80gb": 300e9, "h100-80gb": 450e9}
+    assert hw.get_device("h800-80gb").tp_link_bw == 200e9
+    mlu = hw.get_device("mlu370-x4")
+    assert mlu.tp_link_bw == mlu.host_link_bw  # PCIe: no MLU-Link on the X4
+
+
 def test_device_validation():
     base = hw.get_device("a100-80gb")
     for field, bad in (
@@ -29,6 +52,10 @@ def test_device_validation():
         ("memory_bytes", -1.0),
         ("stream_bw", "fast"),
         ("burst_bytes", math.nan),
+        ("mfu", 0.0),
+        ("bw_eff", 1.2),
+        ("tp_link_bw", -1.0),
+        ("tp_allreduce_latency_s", math.inf),
     ):
         with pytest.raises(ValueError, match=field):
             dataclasses.replace(base, **{field: bad})
@@ -68,6 +95,40 @@ def test_load_devices_json(tmp_path):
     assert str(path) in hw.get_device("test-json-dev").source("stream_bw")
 
 
+def test_load_devices_optional_fields(tmp_path):
+    """Files written before the TP/efficiency fields still load; defaults are cited."""
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(dict(_FILE_DEV, name="test-old-dev")))
+    (dev,) = hw.load_devices(path, overwrite=True)
+    assert dev.tp_link_bw == dev.host_link_bw  # no fabric given: PCIe
+    for field, want in devices_mod.OPTIONAL_DEFAULTS.items():
+        if want is not None:
+            assert getattr(dev, field) == want
+        assert "default" in dev.source(field)
+    assert str(path) in dev.source("stream_bw")
+    full = dict(
+        _FILE_DEV,
+        name="test-new-dev",
+        tp_link_bw=100e9,
+        tp_allreduce_latency_s=5e-6,
+        mfu=0.7,
+        bw_eff=0.9,
+        sources={"mfu": "my GEMM sweep"},
+    )
+    path.write_text(json.dumps(full))
+    (dev,) = hw.load_devices(path, overwrite=True)
+    assert (dev.tp_link_bw, dev.tp_allreduce_latency_s, dev.mfu, dev.bw_eff) == (
+        100e9,
+        5e-6,
+        0.7,
+        0.9,
+    )
+    assert dev.source("mfu") == "my GEMM sweep"
+    assert str(path) in dev.source("bw_eff")
+    p = hw.roofline_params(hw.make_deployment(dev, "llama-2-7b", tp=1))
+    assert (p.mfu, p.bw_eff) == (0.7, 0.9)
+
+
 def test_load_devices_toml(tmp_path):
     path = tmp_path / "devs.toml"
     path.write_text(
@@ -96,6 +157,7 @@ def test_load_devices_toml(tmp_path):
         ({"stream_bw": None}, "stream_bw"),
         ({"alpha": 0.0}, "alpha"),
         ({"peak_flops": "96T"}, "peak_flops"),
+        ({"mfu": 1.5}, "mfu"),
     ],
 )
 def test_load_devices_bad_fields_name_file_and_field(tmp_path, change, field):
