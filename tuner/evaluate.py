@@ -19,8 +19,8 @@ from models import get_system, list_systems, metrics, simulate_until_done, valid
 from tuner.atomic import plain
 from tuner.capacity import exact_capacity, ladder_rates
 from tuner.objectives import DEFAULT_OBJECTIVE, parse_objective
-from tuner.scenario import (SCHEDULERS, Scenario, ScenarioSpec, build_scenario,
-                            check_spec)
+from tuner.scenario import (SCHEDULERS, U_CALIBRATIONS, Scenario, ScenarioSpec,
+                            build_scenario, check_spec)
 
 __all__ = ["evaluate", "run", "parse_param", "add_scenario_args", "spec_from_args", "main"]
 
@@ -118,6 +118,15 @@ def add_scenario_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--watermark", type=float, default=None,
                    help=f"share of the KV capacity a paged admission leaves free, in "
                    f"[0, 0.5) (default {d.watermark:g}: vLLM v0's 1%% of the blocks)")
+    g.add_argument("--pred-quantile", type=float, default=None,
+                   help="traces with prompt text: the level of the predictor's length "
+                   "distribution used as L_hat, in (0, 1) (default: the model's own, "
+                   "0.5 for the shipped one); not for error-model traces")
+    g.add_argument("--u-calibration", default=None,
+                   metavar="{" + ",".join(U_CALIBRATIONS) + "}",
+                   help=f"raw: u as predicted; rank: u's empirical CDF position over the "
+                   f"history's predictions (the slice's if fewer than 200), so that "
+                   f"u > tau routes a share 1 - tau (default {d.u_calibration})")
     g.add_argument("--ttft-slo", type=float, default=None, dest="ttft_slo_s",
                    help="TTFT SLO in s (default: --slo-scale x the uncontended TTFT)")
     g.add_argument("--tpot-slo", type=float, default=None, dest="tpot_slo_s",
@@ -133,7 +142,7 @@ def add_scenario_args(ap: argparse.ArgumentParser) -> None:
 SCENARIO_KEYS = ("trace", "hardware", "model", "tp", "capacity_tokens", "rate",
                  "n_requests", "offset", "seed", "max_len", "max_tokens", "n_slots",
                  "max_batch", "max_prefill", "scheduler", "watermark", "ttft_slo_s",
-                 "tpot_slo_s", "slo_scale")
+                 "tpot_slo_s", "slo_scale", "pred_quantile", "u_calibration")
 
 
 def spec_from_args(args, base: ScenarioSpec | None = None) -> ScenarioSpec:
@@ -201,7 +210,8 @@ def main(argv=None) -> int:
         for w in sc.warnings:
             print(f"warning: {w}", file=sys.stderr)
         for k in ("objective", "goodput_rps", "saturation_tps", "slo_attainment", "tps",
-                  "kv_utilization", "ttft_p99_s", "tpot_p99_s", "migrations",
+                  "kv_utilization", "token_s_utilization", "kv_occupancy", "ttft_p50_s",
+                  "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "migrations",
                   "preemptions", "unserved", "accuracy"):
             if k in m:
                 print(f"{k:>16}: {m[k]:.6g}")

@@ -39,7 +39,7 @@ class Admission(NamedTuple):
 
 
 def admit(sl: BucketSlots, head, acc: BucketAcc, bounds, rs: Resume, budget: Budget,
-          n_free, pools, clock, order0, wl: Workload, params, t, cfg: ServerConfig, pol):
+          n_free, pools, clock, wl: Workload, params, t, cfg: ServerConfig, pol):
     """FCFS admission of new requests into free slots, after the resume walk.
 
     Candidates are admitted in order while they have arrived, a slot and a batch place
@@ -106,7 +106,7 @@ def admit(sl: BucketSlots, head, acc: BucketAcc, bounds, rs: Resume, budget: Bud
     arrival = pick(c_arrival, sl.arrival)
     chunk = jnp.where(take, pick(c_chunk, jnp.zeros_like(sl.reserved)), 0.0)
     todo = pick(jnp.round(tok - c_chunk).astype(jnp.int32), sl.todo)
-    order = pick(order0 + rs.n_res + rank.astype(jnp.int32), sl.order)
+    order = pick(rs.n_run + rank.astype(jnp.int32), sl.order)  # the running queue's tail
     t_admit = jnp.where(take, clock, sl.t_admit)
     status = jnp.where(take, 1, sl.status)
     head = head + n_adm
@@ -145,6 +145,8 @@ def drop_unservable(sl: BucketSlots, head, acc: BucketAcc, rs: Resume, ad: Admis
         pool_w = large_room(pools, (0.0, 0.0), pol)[0] if pol.large_pool else size_n
         drop_w = idle & jnp.any(first & (rs.need_p > pool_w))
         status = jnp.where(drop_w & first, 0, status)
+        if pol.priority:  # the dropped head leaves the waiting queue
+            sl = sl.replace(order=jnp.where(waiting & drop_w, sl.order - 1, sl.order))
         any_waiting = rs.n_wait - drop_w > 0
     else:
         drop_w = jnp.zeros((), bool)

@@ -24,7 +24,7 @@ __all__ = [
     "Budget",
     "Overflow",
     "Resume",
-    "by_order",
+    "in_queue",
     "grow_block",
     "large_room",
     "migrate",
@@ -135,13 +135,17 @@ class Overflow(NamedTuple):
     used_l: jax.Array      # [] float32 large-pool tokens held afterwards
 
 
-def by_order(order, x):
-    """Inclusive sums of ``x`` ([S] or [S, K]) over the slots in ``order`` (lower =
-    earlier): ``out[i] = sum of x[j] over order[j] <= order[i]``. One [S, S] comparison
-    and a matmul: vLLM's running and waiting queues as a prefix rule over the slot table
-    (orders of occupied slots are distinct)."""
-    before = (order[None, :] <= order[:, None]).astype(jnp.float32)
-    return before @ x
+def in_queue(pos, mask, x):
+    """Inclusive sums of ``x`` ([S] or [S, K]) along a queue: ``out[i]`` = the sum of
+    ``x[j]`` over the masked slots j with ``pos[j] <= pos[i]``. The masked slots' queue
+    positions ``pos`` are distinct in [0, S) (a dense queue), so this is a scatter into
+    position order, a prefix sum and a gather: O(S), no sort."""
+    n = pos.shape[0]
+    idx = jnp.where(mask, pos, n)
+    xm = jnp.where(mask.reshape(mask.shape + (1,) * (x.ndim - 1)), x, 0.0)
+    buf = jnp.zeros(x.shape, jnp.float32).at[idx].add(xm, mode="drop")
+    cum = prefix_sum(buf.T).T if x.ndim > 1 else prefix_sum(buf)
+    return cum[jnp.clip(pos, 0, n - 1)]
 
 
 def grow_block(sl, acc, over, over_g, ctx, pools, used, params, t, cfg, pol):
@@ -154,7 +158,7 @@ def grow_block(sl, acc, over, over_g, ctx, pools, used, params, t, cfg, pol):
     k = params["block_size"]
     running = sl.status == 1
     held = jnp.where(running, sl.reserved + jnp.where(over, k, 0.0), 0.0)
-    keep = by_order(sl.order, jax.lax.stop_gradient(held)) <= pools[0]
+    keep = in_queue(sl.order, running, jax.lax.stop_gradient(held)) <= pools[0]
     granted = over & keep
     reserved = jnp.where(granted, sl.reserved + k, sl.reserved)
     return (reserved, sl.large, running & ~keep, jnp.zeros_like(over),
@@ -183,15 +187,16 @@ def migrate(sl, acc, over, over_g, ctx, pools, used, params, t, cfg, pol):
 
 
 def overflow(sl: BucketSlots, acc: BucketAcc, pools, params, t, cfg: ServerConfig, pol,
-             order0, active=True):
+             active=True):
     """Running slots whose next token does not fit their reservation follow the policy's
     overflow rule (grow, migrate, stall or preempt); without a rule (static) nothing
     overflows. Only in iterations that decode (``active``; vLLM v0 runs none in an
     iteration that prefills) and only for slots done with their prefill. With a
     priority policy the preempted slots go to the front of the waiting queue, in their
     running order, ahead of slots preempted earlier (vLLM v0
-    ``waiting.extendleft(preempted)``): their ``order`` becomes negative, below every
-    earlier preemption's (``order0`` numbers this iteration)."""
+    ``waiting.extendleft(preempted)``). Queues are dense positions (``order``): the
+    running queue 0..R-1, the waiting queue 0..W-1; the victims are the running queue's
+    suffix, so they take the waiting positions 0.. and the earlier waiting shift back."""
     running = sl.status == 1
     ctx = sl.prompt + sl.gen
     used = pool_use(running, sl.reserved, sl.large)
@@ -211,8 +216,9 @@ def overflow(sl: BucketSlots, acc: BucketAcc, pools, params, t, cfg: ServerConfi
     todo = jnp.where(preempt, 0, sl.todo)
     order = sl.order
     if pol.priority:
-        rank = jnp.round(by_order(order, preempt.astype(jnp.float32))).astype(jnp.int32) - 1
-        order = jnp.where(preempt, rank - order0 - (cfg.n_slots + cfg.admit_window), order)
+        n_keep = jnp.sum(running & ~preempt)
+        order = jnp.where(preempt, order - n_keep,
+                          jnp.where(sl.status == 2, order + jnp.sum(preempt), order))
     n_pre, n_stall = jnp.sum(preempt), jnp.sum(stall)
     acc = acc.replace(preemptions=acc.preemptions + n_pre, stalls=acc.stalls + n_stall)
     decoding = eligible & ~preempt & ~stall
@@ -268,7 +274,7 @@ def watermark(cfg: ServerConfig, pol):
     return cfg.watermark_tokens if pol.watermark else jnp.zeros((), jnp.float32)
 
 
-def resume(sl: BucketSlots, n_run, n_wait, used, pools, slot, order0, budget: Budget,
+def resume(sl: BucketSlots, n_run, n_wait, used, pools, slot, budget: Budget,
            params, t, cfg: ServerConfig, pol):
     """Re-admit preempted slots, the head of vLLM's waiting queue: in queue order
     (paged: (re)admission order, vLLM v0 puts preempted requests back at the front in
@@ -293,7 +299,7 @@ def resume(sl: BucketSlots, n_run, n_wait, used, pools, slot, order0, budget: Bu
         rows = jnp.stack([jnp.where(waiting, need_p, 0.0), jnp.where(waiting, ctx, 0.0),
                           waiting.astype(jnp.float32)], -1)
         if pol.priority:
-            cum = by_order(sl.order, rows)
+            cum = in_queue(sl.order, waiting, rows)
             key = sl.order
         else:
             cum = prefix_sum(rows.T).T
@@ -311,8 +317,9 @@ def resume(sl: BucketSlots, n_run, n_wait, used, pools, slot, order0, budget: Bu
         large = jnp.where(resumed, 1.0 if pol.large_pool else 0.0, large)
         peak_res = jnp.maximum(peak_res, jnp.where(resumed, need_p, 0.0))
         todo = jnp.where(resumed, jnp.round(ctx - chunk_all).astype(jnp.int32), todo)
-        order = jnp.where(resumed, order0 + jnp.round(cum[:, 2]).astype(jnp.int32) - 1,
-                          order)
+        if pol.priority:  # resumed: the running tail; the rest move up the waiting queue
+            order = jnp.where(resumed, n_run + order,
+                              jnp.where(waiting, order - jnp.sum(resumed), order))
         n_res = jnp.sum(resumed)
         n_run, n_wait = n_run + n_res, n_wait - n_res
         any_waiting = n_wait > 0

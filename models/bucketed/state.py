@@ -64,7 +64,7 @@ class BucketSlots:
     t_admit: jax.Array    # [S] float32 clock when first admitted
     t_first: jax.Array    # [S] float32 first-token time
     todo: jax.Array       # [S] int32 prefill tokens still to compute (chunked prefill)
-    order: jax.Array      # [S] int32 (re)admission sequence: vLLM's running-queue order
+    order: jax.Array      # [S] int32 position in vLLM's running or waiting queue (dense)
 
 
 @struct.dataclass

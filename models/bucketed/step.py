@@ -16,7 +16,8 @@ from hardware import iteration_time
 from models import relax
 from models.bucketed import memory
 from models.bucketed.admission import Admission, admit, drop_unservable
-from models.bucketed.memory import Budget, Overflow, Resume, overflow, pool_sizes, resume
+from models.bucketed.memory import (Budget, Overflow, Resume, in_queue, overflow, pool_sizes,
+                                    resume)
 from models.bucketed.state import BucketAcc, BucketRecord, BucketSlots, SimState
 from models.server import Finished, ServerConfig, pack_bits
 from models.workload import Workload
@@ -82,7 +83,7 @@ def _advance(sl: BucketSlots, acc: BucketAcc, ov: Overflow, rs: Resume, ad: Admi
 
 
 def _complete(sl: BucketSlots, acc: BucketAcc, rec: BucketRecord | None, take, first,
-              clock, it, n, t, cfg: ServerConfig):
+              clock, it, n, t, cfg: ServerConfig, pol):
     """Step 6: slots that generated their whole output finish and free their slot; their
     outcomes enter the accumulators, the ``Record`` (if kept) and ``Finished``."""
     status, output, weight, t_first = sl.status, sl.output, sl.weight, sl.t_first
@@ -120,9 +121,13 @@ def _complete(sl: BucketSlots, acc: BucketAcc, rec: BucketRecord | None, take, f
             reserved=rec.reserved.at[didx].set(sl.peak_res, mode="drop"),
             r_admit=rec.r_admit.at[aidx].set(sl.r_admit, mode="drop"),
         )
+    order = sl.order
+    if pol.priority:  # finished requests leave the running queue: close the gaps
+        gone = in_queue(order, done, jnp.ones(done.shape, jnp.float32))
+        order = jnp.where(status == 1, order - jnp.round(gone).astype(jnp.int32), order)
     status = jnp.where(done, 0, status)
     sl = sl.replace(req=jnp.where(status == 0, -1, sl_req), status=status,
-                    reserved=jnp.where(status == 0, 0.0, sl.reserved))
+                    reserved=jnp.where(status == 0, 0.0, sl.reserved), order=order)
     return sl, acc, fin, rec
 
 
@@ -133,14 +138,13 @@ def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, pol):
     token budget)."""
     pools = pool_sizes(cfg, params, pol)  # (normal, large) pool sizes in tokens
     slot = jnp.arange(cfg.n_slots, dtype=jnp.int32)
-    order0 = st.it * (cfg.n_slots + cfg.admit_window)  # this iteration's queue numbers
     clock, n_free, n_wait = _idle_jump(st, wl, cfg)  # 1
     sl, acc = st.slots, st.acc
     n_run0 = cfg.n_slots - n_free - n_wait
     budget_all = cfg.max_prefill.astype(jnp.float32)
     yes = jnp.ones((), bool)
     if cfg.chunked:  # running first: decodes (and overflow), then the partial prefill
-        sl, acc, ov = overflow(sl, acc, pools, params, t, cfg, pol, order0)  # 2
+        sl, acc, ov = overflow(sl, acc, pools, params, t, cfg, pol)  # 2
         left = jnp.maximum(budget_all - jnp.sum(ov.decoding), 0.0)
         part = (sl.status == 1) & (sl.todo > 0)
         cont = jnp.where(part, jnp.minimum(sl.todo.astype(jnp.float32),
@@ -155,20 +159,20 @@ def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, pol):
         budget = Budget(tokens=budget_all, exempt=yes, allowed=yes)
         used = memory.pool_use(sl.status == 1, sl.reserved, sl.large)
         cont = jnp.zeros(sl.reserved.shape, jnp.float32)
-    sl, rs = resume(sl, n_run0, n_wait, used, pools, slot, order0, budget, params, t,
-                    cfg, pol)  # 3a
+    sl, rs = resume(sl, n_run0, n_wait, used, pools, slot, budget, params, t, cfg,
+                    pol)  # 3a
     sl, head, acc, ad = admit(  # 3b
-        sl, st.head, acc, st.win.bounds, rs, budget, n_free, pools, clock, order0, wl,
+        sl, st.head, acc, st.win.bounds, rs, budget, n_free, pools, clock, wl,
         params, t, cfg, pol)
     if not cfg.chunked:  # v0: an iteration that prefills runs no decode
-        sl, acc, ov = overflow(sl, acc, pools, params, t, cfg, pol, order0,
+        sl, acc, ov = overflow(sl, acc, pools, params, t, cfg, pol,
                                active=rs.n_res + ad.n_adm == 0)  # 2
     sl, head, acc = drop_unservable(  # the drop rule
         sl, head, acc, rs, ad, n_run0, pools, slot, clock, cfg, pol)
     sl, clock, acc, now, first = _advance(  # 4-5
         sl, acc, ov, rs, ad, cont, pools, clock, hw, params, cfg, pol)
     sl, acc, fin, rec = _complete(  # 6
-        sl, acc, st.rec, ad.take, first, clock, st.it, wl.size, t, cfg)
+        sl, acc, st.rec, ad.take, first, clock, st.it, wl.size, t, cfg, pol)
     new = SimState(slots=sl, head=head, clock=clock, it=st.it + 1, win=st.win, acc=acc,
                    rec=rec)
     return new, (jnp.sum(now), fin)
