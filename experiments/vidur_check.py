@@ -172,19 +172,44 @@ def render(res: dict) -> str:
     return "\n".join(L)
 
 
-NOTES = (
-    "Step time: our roofline (hardware/roofline.py, per-device efficiencies from published "
-    "measurements, TP all-reduce over NVLink) against Vidur's profiled operator times; TPOT "
-    "differences at steady load are step-time differences (the batch is small and never "
-    "memory-bound at 0.25 req/s).",
-    "Scheduling: the v0 rules (prefill-only iterations under the 4,096-token budget, "
-    "tail preemption, 1% watermark) are those of vLLM v0 and of Vidur's vLLM scheduler; "
-    "TTFT differences at steady load come from prefill time and from the decode "
-    "iterations a new request waits behind.",
-    "Vidur's TPOT and end-to-end definitions: it reports decode time per output token and "
-    "request end-to-end time; ours are (finish - first token) / (output - 1) and finish - "
-    "arrival.",
-)
+LATENCY = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
+           "e2e_p50_s", "e2e_p90_s", "e2e_p99_s")
+
+
+def notes(res: dict) -> list[str]:
+    """What differs and why, from the measured numbers of the first scheduler."""
+    sched = "v0" if "v0" in res["runs"] else next(iter(res["runs"]))
+    run = res["runs"][sched]
+    rel = [run["comparison"][k]["rel"] for k in LATENCY]
+    srel = {k: c["rel"] for k, c in run["scaled_comparison"].items()}
+    ttft = max(abs(srel[k]) for k in ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s"))
+    e2e = max(abs(srel[k]) for k in ("e2e_p50_s", "e2e_p90_s", "e2e_p99_s"))
+    sc = run["scaled"]
+    return [
+        f"Step time ({sched}): at steady load every latency metric is between "
+        f"{min(rel):+.0%} and {max(rel):+.0%} of Vidur's: one cause, a uniformly shorter "
+        "iteration. Our roofline takes published best-case efficiencies (A100: MAMF GEMM "
+        "0.87 of peak, BabelStream 0.83 of HBM bandwidth; hardware/_device_presets.py) "
+        "and adds the TP all-reduces; Vidur times its operators as profiled on A100, "
+        "slower at these shapes. Slowing every iteration by "
+        f"{sc['slow_factor']:.3f} (a diagnostic, not a calibration) brings TTFT p50/p90/p99 "
+        f"within {ttft:.1%} and end-to-end latency within {e2e:.1%} of Vidur's: the "
+        "scheduling rules agree, the step-time model does not. Calibrating it to an "
+        "operator's measured runs is the calibration issue's work, not a constant tuned "
+        "here.",
+        f"KV occupancy: {run['steady']['kv_occupancy']:.1%} as measured and "
+        f"{sc['kv_occupancy']:.1%} with the slowed steps, vs Vidur's 30.44% (peak "
+        f"{sc['peak_kv_share']:.1%} vs 84.86%). Ours is reserved blocks (ceil((ctx+1)/16), "
+        "one token of look-ahead) time-weighted over first arrival to last completion; "
+        "Vidur's definition (what it samples and over which time) was not available "
+        "here, so this difference is reported, not explained.",
+        f"Saturating load: {res['runs'][sched]['saturating']['preemptions']:.0f} "
+        "preemptions, each of the most recently admitted request and only as many as a "
+        "block was short (vLLM's rule); the requests behind a preempted one wait for "
+        "its recompute, which is where the TTFT tail comes from.",
+        "Definitions: Vidur reports decode time per output token and request end-to-end "
+        "time; ours are (finish - first token) / (output - 1) and finish - arrival.",
+    ]
 
 
 def main(argv=None) -> int:
@@ -234,7 +259,8 @@ def main(argv=None) -> int:
         runs[sched]["scaled"] = m
         runs[sched]["scaled_comparison"] = compare(m, skip=("tpot_p50_s",))
     res = {"reference": REFERENCE, "vidur": VIDUR, "tolerance": TOLERANCE,
-           "runs": runs, "notes": list(NOTES), **meta}
+           "runs": runs, **meta}
+    res["notes"] = notes(res)
     write_json_atomic(args.out / "vidur_check.json", res)
     md = render(res)
     write_text_atomic(args.out / "vidur_check.md", md)
