@@ -27,12 +27,14 @@ def test_files_exist_and_no_temporaries(quick_run, capsys):
     for figure in ("55.05%", "72.45%", "42.54%", "61.79%", "+23.0%", "+27.0%"):
         assert figure in md
     assert "## Gaps vs the papers" in md
+    assert "## Paper conditions" in md and "What remains different" in md
 
 
 @needs_traces
 def test_json_shape(quick_run):
     res = json.loads(quick_run.joinpath("odma_tables.json").read_text())
-    assert {"setup", "paged_vs_contiguous", "gaps", "workloads"} <= set(res)
+    assert {"setup", "paged_vs_contiguous", "gaps", "workloads",
+            "paper_conditions"} <= set(res)
     assert res["workloads"] == ["alpaca", "nq_standin"]
     for name in res["workloads"]:
         entry = res[name]
@@ -65,3 +67,42 @@ def test_json_shape(quick_run):
     lp = pvc["summary_at_main_rate"]["alpaca"]
     assert (lp["mlu370-x4"]["paged_over_paged_alpha1_tpot_p50"]
             >= lp["a100-80gb"]["paged_over_paged_alpha1_tpot_p50"] - 1e-6)
+
+
+@needs_traces
+def test_paper_conditions_section(quick_run):
+    pc = json.loads(quick_run.joinpath("odma_tables.json").read_text())["paper_conditions"]
+    assert pc["within"] == 0.2 and pc["remains_different"]
+    assert {"max_len", "capacity_tokens", "rate", "pred_quantile",
+            "u_calibration"} <= set(pc["rules"])
+    cases = {c["key"]: c for c in pc["cases"]}
+    assert list(cases) == ["alpaca", "nq_standin", "nq_standin_33k"]
+    v33 = cases["nq_standin_33k"]
+    assert (v33["max_len"], v33["capacity_tokens"]) == (1024, 33000)
+    for key, c in cases.items():
+        paper, st = c["paper"], c["static"]
+        assert set(paper) >= {"static_kv_utilization", "odma_kv_utilization", "tps_gain"}
+        if key != "nq_standin_33k":  # max_len chosen so static matches the paper
+            assert abs(st["kv_utilization"] - paper["static_kv_utilization"]) < 0.01
+        assert c["rate_req_per_s"] > 0 and c["capacity_tokens"] > 0
+        assert c["pred_quantile_calibrated"] in pc["quantile_grid"]
+        rows = {(r["predictions"], r["large_borrow"]): r for r in c["rows"]}
+        assert set(rows) == {(v, b) for v in ("predictor", "predictor_rank",
+                                               "predictor_calibrated", "oracle")
+                             for b in (True, False)}
+        for r in rows.values():
+            m = r["odma"]
+            assert 0.0 < m["kv_utilization"] <= 1.0 and m["tps"] > 0
+            assert 0.0 < m["token_s_utilization"] <= 1.0
+            assert m["completed"] > 0 and m["unserved"] == 0
+            assert r["tps_gain"] == pytest.approx(m["tps"] / st["tps"] - 1.0)
+            dev = r["relative_deviation_from_paper"]
+            assert r["within"] == {k: d <= 0.2 for k, d in dev.items()}
+            assert r["all_within"] == all(r["within"].values())
+        # the oracle never overflows and packs at least as tightly as static
+        assert rows[("oracle", True)]["odma"]["migration_rate"] == 0.0
+        assert (rows[("oracle", True)]["odma"]["kv_utilization"]
+                >= st["kv_utilization"])
+        # rank-calibrated u routes ~1 - tau = 20% (a 200-request slice: loose bounds)
+        for v in ("predictor_rank", "predictor_calibrated"):
+            assert 0.1 <= c["predictions"][v]["share_routed_u_above_tau"] <= 0.3

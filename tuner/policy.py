@@ -73,9 +73,11 @@ def load_policy(path) -> dict:
     # files written before family options name ODMA's window settings directly; before
     # SLOs were derived they lack slo_scale, and before the total-token clip, scheduler
     # and watermark settings they lack those (the defaults apply: no clip, vLLM v0's
-    # scheduler, 1% watermark)
+    # scheduler, 1% watermark), and before the prediction settings they lack
+    # pred_quantile and u_calibration (the predictor's own quantile, raw u)
     legacy = {"window", "refresh_every", "refresh_check"}
-    optional = {"block", "options", "slo_scale", "max_tokens", "scheduler", "watermark"}
+    optional = {"block", "options", "slo_scale", "max_tokens", "scheduler", "watermark",
+                "pred_quantile", "u_calibration"}
     sc = doc["scenario"]
     if (not isinstance(sc, dict) or set(sc) - fields - legacy
             or (fields - optional) - set(sc)):

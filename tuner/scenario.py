@@ -27,7 +27,7 @@ from tuner.workloads.presets import resolve_trace
 from tuner.workloads.traces import Trace, summary, to_workload
 
 __all__ = ["ScenarioSpec", "Scenario", "build_scenario", "check_spec", "clip_lengths",
-           "scale_to_max_tokens", "DEFAULT_RATE", "SCHEDULERS"]
+           "scale_to_max_tokens", "DEFAULT_RATE", "SCHEDULERS", "U_CALIBRATIONS"]
 
 DEFAULT_RATE = 5.0  # req/s for traces without timestamps (Azure conv. averages 5.53)
 # "v0": vLLM v0's default scheduler (chunked prefill off: prefill-only iterations, whole
@@ -35,7 +35,17 @@ DEFAULT_RATE = 5.0  # req/s for traces without timestamps (Azure conv. averages 
 SCHEDULERS = ("v0", "chunked")
 # fields added after policy files were first written: at their defaults they are left
 # out of the fingerprint, so a scenario that does not use them keeps its fingerprint
-_LATER_FIELDS = ("max_tokens", "scheduler", "watermark")
+_LATER_FIELDS = ("max_tokens", "scheduler", "watermark", "pred_quantile",
+                 "u_calibration")
+# how the uncertainty u reaches the simulator: "raw" as the length source gives it (the
+# predictor's class entropy / log K, or the error model's recorded u); "rank": its
+# empirical CDF position over a calibration set, so that u > tau routes a share ~1 - tau
+U_CALIBRATIONS = ("raw", "rank")
+# rank calibration's reference: the predictions of the requests before the slice when
+# there are at least CALIBRATION_MIN of them (the most recent CALIBRATION_MAX, ODMA's
+# window size, bounding the cost on long traces), else the slice's own predictions
+CALIBRATION_MIN = 200
+CALIBRATION_MAX = 10000
 PREDICTOR_CACHE = Path.home() / ".cache" / "kvtune" / "predictor.msgpack"
 
 
@@ -70,6 +80,11 @@ class ScenarioSpec:
     # empty: the family's defaults
     options: tuple = ()
     predictor: str | None = None         # model file for traces with prompt text
+    # traces with prompt text (the flax predictor): the level of the predictive length
+    # distribution used as L_hat; None: the predictor's stored ``quantile`` (the level
+    # that minimised held-out MAE, 0.5 for the shipped model). Not for error-model traces
+    pred_quantile: float | None = None
+    u_calibration: str = "raw"           # one of U_CALIBRATIONS
 
     def replace(self, **kw) -> "ScenarioSpec":
         return dataclasses.replace(self, **kw)
@@ -149,9 +164,39 @@ class Scenario:
         return make_inputs(self.workload, self.cfg, self.options(system), self.history)
 
 
-def _predictions(trace: Trace, out, spec: ScenarioSpec, sl: slice):
-    from tuner.workloads.error_model import load_default_error_model
+def _predictions(trace: Trace, out, hist_out, spec: ScenarioSpec, sl: slice):
+    """(L_hat, u, source, warnings) for the slice ``sl`` of ``trace`` whose realised
+    (clipped) outputs are ``out``; ``hist_out`` are those of the requests before it.
 
+    ``spec.pred_quantile`` (predictor only) picks the level of the predictive length
+    mixture used as L_hat. ``spec.u_calibration == "rank"`` replaces u by its position
+    in the empirical CDF of a calibration set's u (:func:`error_model.rank_calibrate`),
+    so that ``u > tau`` routes a share ~1 - tau of requests (ties aside).
+
+    What the papers say of tau: the strategy paper (shared/seeds/odma-strategy.txt,
+    section III.B) "Requests with high uncertainty (u > tau) represent risk and are
+    routed to a fallback pool. In our implementation (gamma = 0.2, tau = 0.8), this
+    policy maintains tight buckets for the majority of traffic while explicitly
+    budgeting for uncertainty."; the framework paper (odma-framework.txt) calls it "a
+    configurable threshold tau" (section 3.4) on a u that "can be instantiated using
+    the entropy or margin of a softmax distribution over coarse length buckets, or by
+    the variance of a small ensemble" (section 3.2). Neither says what share tau = 0.8
+    routes, and a raw entropy has no scale on which 0.8 means the same across
+    predictors; the rank makes tau the share kept in regular buckets (0.8: 80%, "the
+    majority of traffic"). Rank-calibrated u also sets the inflation
+    ``L_hat * (1 + gamma * u)``.
+
+    The calibration set is the predictions of the requests before the slice (at most
+    the last CALIBRATION_MAX) when there are at least CALIBRATION_MIN of them, else
+    the slice's own predictions (a warning says so: no realised length is used, but
+    the slice's later requests inform the earlier ones' u)."""
+    from tuner.workloads import error_model as em
+
+    warnings = []
+    n_hist = sl.start
+    cal = slice(max(0, n_hist - CALIBRATION_MAX), n_hist)
+    use_hist = spec.u_calibration == "rank" and n_hist >= CALIBRATION_MIN
+    cal_u = None
     if trace.prompt_text is not None:
         from tuner.workloads import predictor as pr
 
@@ -164,12 +209,40 @@ def _predictions(trace: Trace, out, spec: ScenarioSpec, sl: slice):
             model = pr.train(traces_dir() / "castillo-qwen2.5-7b", seed=0)
             path.parent.mkdir(parents=True, exist_ok=True)
             model.save(path)
-        texts = list(trace.prompt_text[sl])
-        ds = list(trace.dataset[sl]) if trace.dataset is not None else None
-        l_hat, u, _ = model.predict(texts, trace.prompt_tokens[sl], ds)
-        return np.asarray(l_hat, np.float64), np.asarray(u, np.float64), "predictor"
-    l_hat, u = load_default_error_model().sample(out, spec.seed)
-    return l_hat, u, "error-model"
+
+        def predict(s: slice):
+            ds = list(trace.dataset[s]) if trace.dataset is not None else None
+            return model.predict(list(trace.prompt_text[s]), trace.prompt_tokens[s], ds,
+                                 quantile=spec.pred_quantile)
+
+        l_hat, u, _ = predict(sl)
+        if use_hist:
+            cal_u = predict(cal)[1]
+        source = "predictor"
+    else:
+        error_model = em.load_default_error_model()
+        if spec.pred_quantile is not None:
+            q = error_model.meta.get("predictor_quantile")
+            raise ValueError(
+                f"pred_quantile applies only to traces with prompt text (the length "
+                f"predictor); trace {spec.trace} has none, so its predictions come from "
+                f"the error model, which replays recorded (L_hat / L, u) pairs at the "
+                f"predictor's own quantile ({q}); leave pred_quantile unset")
+        l_hat, u = error_model.sample(out, spec.seed)
+        if use_hist:  # the history's own draws, from a stream apart from the slice's
+            cal_u = error_model.sample(hist_out[cal], spec.seed + 1)[1]
+        source = "error-model"
+    l_hat, u = np.asarray(l_hat, np.float64), np.asarray(u, np.float64)
+    if spec.u_calibration == "rank":
+        if cal_u is None:
+            cal_u = u
+            warnings.append(
+                f"u_calibration rank: only {n_hist} requests before the slice (< "
+                f"{CALIBRATION_MIN}), so u is ranked among the slice's own {len(u)} "
+                "predictions (no realised length used, but later requests inform "
+                "earlier ones)")
+        u = em.rank_calibrate(u, cal_u)
+    return l_hat, u, source, warnings
 
 
 def scale_to_max_tokens(prompt, output, max_tokens: int):
@@ -241,6 +314,16 @@ def check_spec(spec: ScenarioSpec) -> None:
             or not 0.0 <= w < 0.5):
         raise ValueError(f"watermark must be a share of the KV capacity in [0, 0.5), "
                          f"got {w!r}")
+    q = spec.pred_quantile
+    if q is not None and (isinstance(q, bool) or not isinstance(
+            q, (int, float, np.integer, np.floating)) or not 0.0 < q < 1.0):
+        raise ValueError(f"pred_quantile must be a level of the predictive length "
+                         f"distribution in (0, 1) (e.g. 0.9), or unset for the "
+                         f"predictor's own; got {q!r}")
+    if not isinstance(spec.u_calibration, str) or spec.u_calibration not in U_CALIBRATIONS:
+        raise ValueError(f"u_calibration must be one of {', '.join(U_CALIBRATIONS)} (raw: "
+                         f"u as predicted; rank: its empirical CDF position, so that "
+                         f"u > tau routes a share 1 - tau), got {spec.u_calibration!r}")
 
 
 def _fingerprint_spec(spec: ScenarioSpec) -> dict:
@@ -306,7 +389,8 @@ def build_scenario(spec: ScenarioSpec) -> Scenario:
     if n < 2 or float(np.max(arr)) <= 0.0:
         raise ValueError(f"trace {spec.trace}: slice [{spec.offset}, {end}) has "
                          f"{n} request(s) spanning no time; it has no arrival rate")
-    pred, u, source = _predictions(trace, out, spec, sl)
+    pred, u, source, notes = _predictions(trace, out, all_o[:spec.offset], spec, sl)
+    warnings.extend(notes)
     sliced = Trace(arrival_s=arr, prompt_tokens=prompt, output_tokens=out,
                    source=trace.source, format=trace.format)
     wl = to_workload(sliced, pred_tokens=pred, pred_u=u)

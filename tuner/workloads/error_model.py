@@ -26,7 +26,7 @@ from tuner.workloads.features import DataError, load_castillo, tokenize
 __all__ = [
     "DEFAULT_PATH", "ErrorModel", "class_quantile_table", "fit_error_model",
     "length_class", "load_default_error_model", "main", "mixture_quantile",
-    "predict_lengths", "score", "soft_labels", "spearman",
+    "predict_lengths", "rank_calibrate", "score", "soft_labels", "spearman",
 ]
 
 DEFAULT_PATH = Path(__file__).parent / "data" / "error_model.json"
@@ -69,6 +69,18 @@ def mixture_quantile(probs, table, q: float) -> np.ndarray:
     hi = np.minimum(lo + 1, table.shape[1] - 1)
     w = pos - lo
     return table[k, lo] * (1 - w) + table[k, hi] * w
+
+
+def rank_calibrate(u, reference) -> np.ndarray:
+    """Each ``u`` replaced by its empirical CDF position among ``reference``: the share
+    of reference values <= it, in [0, 1]. Over the reference itself ``F(u) > tau``
+    holds for a share <= 1 - tau (equal up to ties), so a threshold tau on the
+    calibrated u routes that share of requests distributed like the reference."""
+    ref = np.sort(np.asarray(reference, np.float64).reshape(-1))
+    if ref.size == 0 or not np.all(np.isfinite(ref)):
+        raise ValueError("rank calibration needs a non-empty, finite reference set of u")
+    u = np.asarray(u, np.float64)
+    return np.searchsorted(ref, u, side="right") / ref.size
 
 
 def spearman(a, b) -> float:

@@ -112,22 +112,26 @@ class Predictor:
     info: dict                   # provenance: data files, seed, config, timings
 
     def predict(self, prompt_texts, input_sizes, datasets=None, categories=None,
-                chunk: int = 1024):
-        """Return (L_hat [N] float, u [N] float in [0, 1], probs [N, K])."""
+                chunk: int = 1024, quantile: float | None = None):
+        """Return (L_hat [N] float, u [N] float in [0, 1], probs [N, K]); L_hat is the
+        ``quantile`` level of the predictive length mixture (None: ``self.quantile``)."""
         cols = [list(prompt_texts), np.asarray(input_sizes).reshape(-1)]
         cols += [[None] * len(cols[0]) if v is None else list(v)
                  for v in (datasets, categories)]
         parts = [self.predict_features(featurize(  # chunks bound the feature memory
-            *(c[i:i + chunk] for c in cols), self.feature_config))
+            *(c[i:i + chunk] for c in cols), self.feature_config), quantile)
             for i in range(0, max(len(cols[0]), 1), chunk)]
         return tuple(np.concatenate(p) for p in zip(*parts))
 
-    def predict_features(self, x):
+    def predict_features(self, x, quantile: float | None = None):
+        q = self.quantile if quantile is None else float(quantile)
+        if not 0.0 < q < 1.0:
+            raise ValueError(f"predictor quantile must be in (0, 1), got {q}")
         logits = LengthMLP(self.hidden, len(self.edges) - 1).apply(self.params, x)
         probs = np.asarray(jax.nn.softmax(logits), np.float64)
         ent = -np.sum(probs * np.log(np.clip(probs, 1e-12, None)), axis=1)
         u = np.clip(ent / np.log(probs.shape[1]), 0.0, 1.0)
-        return em.mixture_quantile(probs, self.class_quantiles, self.quantile), u, probs
+        return em.mixture_quantile(probs, self.class_quantiles, q), u, probs
 
     def save(self, path) -> None:
         """Write params (msgpack) and JSON metadata to one file, atomically."""
