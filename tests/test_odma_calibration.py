@@ -15,7 +15,7 @@ from tuner.policy import load_policy, make_policy
 from tuner.scenario import ScenarioSpec, build_scenario, check_spec
 from tuner.workloads import error_model as em
 from tuner.workloads import predictor as pr
-from tuner.workloads.features import FeatureConfig, featurize
+from tuner.workloads.features import FeatureConfig
 
 
 @pytest.mark.parametrize("tau", [0.5, 0.8, 0.9])
