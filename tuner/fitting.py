@@ -157,7 +157,7 @@ def _initial_checks(prob: Problem, space: Space, theta, st: FitSettings, log) ->
         gap[t] = abs(mr["log_objective"] - m0["log_objective"])
         log(f"check T={t:g} (relaxed log objective {gap[t]:.3f} from exact): " + ", ".join(
             f"{c.label} relaxed {c.relaxed:+.3g} exact-FD {c.exact_fd:+.3g}"
-            f" {'agree' if c.sign_agrees else 'DISAGREE'}" for c in res))
+            f" {_verdict(c)}" for c in res))
     # floor: the coldest temperature whose gradient agrees in sign with exact CRN finite
     # differences on at least half of the coordinates (else the most agreeing one): the
     # anneal stops where the surrogate still points the way the exact objective moves
@@ -219,6 +219,14 @@ def build_problem(spec, st: FitSettings, log=lambda s: None,
                  f"{scs[0].slo['ttft_s']:.3g} s); throughput objectives then measure "
                  "the backlog, not the policy (the goodput objective rescales arrivals)")
     return Problem(scs, st.system, space, objective, n_steps, rates), default
+
+
+def _verdict(c) -> str:
+    """A gradient check in one word: flat (the exact difference is 0: nothing to agree
+    with), agree or DISAGREE."""
+    if c.exact_fd == 0.0:
+        return "flat"
+    return "agree" if c.sign_agrees else "DISAGREE"
 
 
 def fit(spec, st: FitSettings, *, checkpoint: Path | None = None,
