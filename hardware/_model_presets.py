@@ -178,6 +178,27 @@ PRESETS = (
         aliases=("meta-llama/Meta-Llama-3-8B", "meta-llama/Meta-Llama-3-8B-Instruct"),
     ),
     _from_config(
+        "llama-3-8b-262k",
+        "huggingface.co/gradientai/Llama-3-8B-Instruct-262k config.json (as copied in "
+        "huggingface.co/spjabech/th_pos_neg_3epochs config.json, _name_or_path "
+        "gradientai/Llama-3-8B-Instruct-262k): Llama-3-8B's layers and heads, "
+        "max_position_embeddings 262144, rope_theta 283461213; the eLLM paper's "
+        "Llama3-8B-262K (shared/seeds/ellm.txt section 6)",
+        L=32,
+        h=4096,
+        nh=32,
+        kv=8,
+        inter=14336,
+        vocab=128256,
+        maxpos=262144,
+        n_params=8_030_261_248,
+        params=_COUNTED.format(
+            8_030_261_248, "same shapes as llama3-8b (GGUF general.parameter_count "
+            "8030261248)"
+        ),
+        aliases=("gradientai/Llama-3-8B-Instruct-262k",),
+    ),
+    _from_config(
         "qwen-2.5-14b",
         "huggingface.co/Qwen/Qwen2.5-14B config.json (as copied in github.com/"
         "citsjtu2020/LLM-Prof sglang/Model_Config.md)",

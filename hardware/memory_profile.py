@@ -74,12 +74,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from hardware.deploy import Deployment, InfeasibleError, _tp_splits_heads
 from hardware.devices import Device, get_device
 from hardware.llm import LLMSpec, get_model
 
 __all__ = [
+    "ActivationCoefficients",
     "CUDA_GRAPH_BYTES",
     "KV_CACHE_DTYPES",
     "MemoryProfile",
@@ -89,6 +91,7 @@ __all__ = [
     "V1_SAMPLER_WORKSPACE",
     "VERSION_LINES",
     "VllmRefusal",
+    "activation_coefficients",
     "activation_peak_bytes",
     "deployment_from_profile",
     "vllm_defaults",
@@ -313,6 +316,36 @@ def activation_peak_bytes(model: LLMSpec, *, tp: int = 1,
     forward = _forward_peak(model, tp, max_num_batched_tokens)
     sampler = _sampler_peak(model, version, max_num_batched_tokens, rows)
     return {"forward": forward, "sampler": sampler, "peak": max(forward, sampler)}
+
+
+class ActivationCoefficients(NamedTuple):
+    """vLLM's live activation bytes per device of a forward over ``T`` tokens sampling
+    ``R`` rows: ``max(forward * T, held * T + per_row * R + fixed)`` (the two terms of
+    :func:`activation_peak_bytes`, linear in ``T`` and ``R``)."""
+
+    forward: float   # bytes per token: the MLP's live tensors (3 h + 3 I / tp) * dtype
+    held: float      # bytes per token: hidden states held through the sampler
+    per_row: float   # bytes per sampled row: logits and vLLM's fp32 copies of them
+    fixed: float     # bytes: the sampler's fixed workspace (V1), 0 for V0
+
+
+def activation_coefficients(model: LLMSpec, *, tp: int = 1,
+                            version: str = "v0") -> ActivationCoefficients:
+    """The coefficients of :func:`activation_peak_bytes` (same sources), so that an
+    iteration's activation demand can be evaluated for any token and row count: the
+    elastic family's per-iteration demand (eLLM section 3) and vLLM's reservation at
+    ``(max_num_batched_tokens, max_num_seqs)`` are the same formula."""
+    if version not in ("v0", "v1"):
+        raise ValueError(f"field 'version' must be 'v0' or 'v1', got {version!r}")
+    forward = _forward_peak(model, tp, 1)
+    padded = math.ceil(model.vocab_size / VOCAB_PADDING) * VOCAB_PADDING
+    held = model.hidden_size * model.dtype_bytes
+    fp32 = model.vocab_size * 4.0
+    if version == "v1":
+        return ActivationCoefficients(forward, held, padded * model.dtype_bytes
+                                      + 3 * fp32, V1_SAMPLER_WORKSPACE)
+    return ActivationCoefficients(forward, held, padded * model.dtype_bytes
+                                  + V0_SAMPLER_FP32_COPIES * fp32, 0.0)
 
 
 def _non_torch(version: str, tp: int, pp: int) -> float:

@@ -17,6 +17,7 @@ from models.simulate import (init_state, metrics, run_blocks, simulate,
 from models.workload import Workload, make_workload
 
 from models import bucketed  # noqa: E402,F401  (registers the bucketed family)
+from models import elastic  # noqa: E402,F401  (registers the elastic family)
 
 __all__ = [
     "DOMAINS", "Domain", "Family", "Inputs", "IterLog", "Metric", "ParamSpec", "ServerConfig",

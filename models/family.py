@@ -14,6 +14,9 @@ latency absorption and the shared metrics read those.
 
 Optional: ``deployment(inputs, params, opts)`` (see :class:`Family`); a family without
 it has no derived deployment values (:func:`deployment_values` returns ``{}``).
+``memory_limit(inputs, params, opts)``: the tokens the memory a step reports may never
+exceed (default: the KV capacity; the elastic family's pool, into which eLLM's KV
+inflates).
 
 Work log (``SimOptions.work_log``): a family that supports calibration returns
 ``(used_tokens, Finished, IterLog)`` from ``step`` when the option is on: what the
@@ -91,10 +94,12 @@ class Family(Protocol):
     def options(self, system: str, **settings) -> Any:
         """The family's frozen (hashable) static options; unknown settings raise."""
 
-    def extra(self, wl, cfg, opts: "SimOptions", history=None) -> Any:
+    def extra(self, wl, cfg, opts: "SimOptions", history=None, deployment=None) -> Any:
         """Host-side family inputs (:attr:`Inputs.extra`, a pytree or None) from the
-        workload, config and ``history``: realised output lengths of the requests that
-        preceded the workload (the deployment's past), or None."""
+        workload, config, ``history`` (realised output lengths of the requests that
+        preceded the workload, the deployment's past, or None) and ``deployment``
+        (:class:`hardware.Deployment`, or None: a family that needs the model's shapes
+        raises)."""
 
     def init(self, inputs: Inputs, params, t, opts: "SimOptions") -> Any:
         """The initial state."""
@@ -187,6 +192,9 @@ def deployment_values(inputs: Inputs, params, opts: SimOptions) -> dict:
     return dict(fn(inputs, params, opts)) if callable(fn) else {}
 
 
-def make_inputs(wl, cfg, opts: SimOptions, history=None) -> Inputs:
-    """:class:`Inputs` for a run of ``opts.system`` (host side, before jit)."""
-    return Inputs(wl=wl, cfg=cfg, extra=family_of(opts.system).extra(wl, cfg, opts, history))
+def make_inputs(wl, cfg, opts: SimOptions, history=None, deployment=None) -> Inputs:
+    """:class:`Inputs` for a run of ``opts.system`` (host side, before jit);
+    ``deployment`` (:class:`hardware.Deployment`) for families that model more than
+    the KV pool (the elastic family's activation memory)."""
+    extra = family_of(opts.system).extra(wl, cfg, opts, history, deployment=deployment)
+    return Inputs(wl=wl, cfg=cfg, extra=extra)

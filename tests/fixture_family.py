@@ -28,7 +28,7 @@ class Toy:
         if settings:
             raise ValueError(f"toy takes no options, got {sorted(settings)}")
 
-    def extra(self, wl, cfg, opts, history=None):
+    def extra(self, wl, cfg, opts, history=None, deployment=None):
         return None
 
     def init(self, inputs: Inputs, params, t, opts):

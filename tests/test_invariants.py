@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import tests.fixture_family  # noqa: F401  (registers the fixture family)
-from models import (get_system, list_systems, make_inputs, make_options, make_workload,
-                    metrics, simulate, simulate_until_done)
-from tests.sim_fixtures import HW, config
+from models import (family_of, get_system, list_systems, make_inputs, make_options,
+                    make_workload, metrics, simulate, simulate_until_done)
+from tests.sim_fixtures import DEP, HW, config
 
 SYSTEMS = list_systems()
 N, MAX_LEN, CAP = 64, 256, 3000.0
@@ -31,7 +31,15 @@ def _setup(system, seed=0, record=True):
     cfg = config(CAP, n_slots=16, admit_window=4, max_len=MAX_LEN, max_prefill=800.0)
     params = {k: jnp.asarray(v)
               for k, v in get_system(system).default_params(MAX_LEN, HW).items()}
-    return make_inputs(_workload(seed), cfg, opts), params, opts
+    return make_inputs(_workload(seed), cfg, opts, deployment=DEP), params, opts
+
+
+def _limit(inputs, params, opts):
+    """The tokens a system's memory may never exceed: its family's ``memory_limit``
+    (e.g. the elastic family's pool, which eLLM's KV may inflate into), else the KV
+    capacity."""
+    fn = getattr(family_of(opts.system), "memory_limit", None)
+    return float(fn(inputs, params, opts)) if fn else CAP
 
 
 @pytest.mark.parametrize("system", SYSTEMS)
@@ -42,7 +50,8 @@ def test_exact_run_keeps_memory_and_accounts_for_every_request(system, seed):
     m = {k: float(v) for k, v in metrics(st, inputs, opts).items()}
     assert m["completed"] + m["dropped"] == N, m
     assert m["unserved"] == m["dropped"]
-    assert 0.0 <= m["max_pool_use"] <= 1.0 and 0.0 <= m["peak_kv_tokens"] <= CAP
+    limit = _limit(inputs, params, opts)
+    assert 0.0 <= m["max_pool_use"] <= 1.0 and 0.0 <= m["peak_kv_tokens"] <= limit
     fin = np.asarray(st.rec.finish_iter)[:N]
     assert int(np.sum(fin >= 0)) == m["completed"]
     # the same run again: bit-identical
@@ -56,7 +65,8 @@ def test_memory_per_iteration_within_capacity(system):
     inputs, params, opts = _setup(system, record=False)
     _, used = jax.jit(lambda p: simulate(inputs, HW, p, 0.0, opts, 800))(params)
     used = np.asarray(used)
-    assert used.min() >= 0.0 and used.max() <= CAP, (used.min(), used.max())
+    limit = _limit(inputs, params, opts)
+    assert used.min() >= 0.0 and used.max() <= limit, (used.min(), used.max(), limit)
 
 
 @pytest.mark.parametrize("system", SYSTEMS)

@@ -79,6 +79,7 @@ def vllm_args(sc: Scenario, block_size: int = VLLM_BLOCK_SIZE) -> dict:
     # whole blocks: vLLM refuses to start when one request of max-model-len does not fit
     # in its KV cache.
     max_model_len = min(int(dep.model.max_position), cap // block_size * block_size)
+    profile = getattr(dep, "profile", None)  # the vLLM memory profile of the capacity
     args = {"--model": bd.hf_model_id(dep.model), "--tensor-parallel-size": int(dep.tp)}
     if dep.pp > 1:
         args["--pipeline-parallel-size"] = int(dep.pp)
@@ -114,12 +115,15 @@ def vllm_args(sc: Scenario, block_size: int = VLLM_BLOCK_SIZE) -> dict:
         notes.append(f"the simulation keeps {watermark:g} of the KV capacity free at "
                      "admission; vLLM V0's block manager keeps 0.01 (1% of the blocks) "
                      "and has no engine argument for it")
-    try:  # vLLM sizes its activation reserve by profiling at these batch limits
-        profiled = hardware.make_deployment(
-            dep.device, dep.model, tp=dep.tp, pp=dep.pp, mem_util=dep.mem_util,
-            max_batched_tokens=max_prefill, max_num_seqs=max_batch).kv_capacity_tokens
-    except ValueError:
-        profiled = None
+    if profile is not None:  # the scenario's capacity is vLLM's at these batch limits
+        profiled = int(dep.kv_capacity_tokens)  # (max_model_len does not change it)
+    else:
+        try:  # vLLM sizes its activation reserve by profiling at these batch limits
+            profiled = hardware.make_deployment(
+                dep.device, dep.model, tp=dep.tp, pp=dep.pp, mem_util=dep.mem_util,
+                max_batched_tokens=max_prefill, max_num_seqs=max_batch).kv_capacity_tokens
+        except ValueError:
+            profiled = None
     if profiled is not None and profiled != cap:
         notes.append(f"KV capacity at these limits is about {profiled} tokens (the "
                      f"simulation assumed {cap})")

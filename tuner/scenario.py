@@ -174,7 +174,8 @@ class Scenario:
 
     def inputs(self, system: str) -> Inputs:
         """The simulator inputs of ``system`` (its family's own inputs included)."""
-        return make_inputs(self.workload, self.cfg, self.options(system), self.history)
+        return make_inputs(self.workload, self.cfg, self.options(system), self.history,
+                           deployment=self.deployment)
 
 
 def _predictions(trace: Trace, out, hist_out, spec: ScenarioSpec, sl: slice):

@@ -51,7 +51,7 @@ class _Bucketed:
             settings["large_borrow"] = bool(settings["large_borrow"])
         return BucketOptions(**settings)
 
-    def extra(self, wl, cfg, opts: SimOptions, history=None):
+    def extra(self, wl, cfg, opts: SimOptions, history=None, deployment=None):
         """ODMA: the window prior (``window`` lengths); None for fixed-bound systems."""
         if not get_policy(opts.system).adaptive_bounds:
             return None

@@ -24,7 +24,7 @@ from tuner.workloads.arrivals import gamma
 from tuner.workloads.traces import Trace, load_trace
 
 __all__ = ["DEFAULT_TABLE", "PRESETS", "SCHEMA_VERSION", "default_trace",
-           "list_presets", "load_table", "resolve_trace", "traces_dir"]
+           "fixed_trace", "list_presets", "load_table", "resolve_trace", "traces_dir"]
 
 SCHEMA_VERSION = 1
 DEFAULT_TABLE = Path(__file__).resolve().parent / "data" / "default_workload.json"
@@ -55,6 +55,24 @@ def traces_dir() -> Path:
     env = os.environ.get("KVTUNE_TRACES")
     root = Path(__file__).resolve().parents[2]
     return Path(env) if env else root.parent / "shared" / "traces"
+
+
+def fixed_trace(spec: str) -> Trace:
+    """``fixed:<prompt>:<output>[:<n>]``: ``n`` (default 1000) requests of fixed
+    lengths and no arrival times (the eLLM paper's synthetic 2k-2k and 32k-2k
+    workloads; arrivals are drawn at ``--rate``)."""
+    parts = spec.split(":")[1:]
+    try:
+        vals = [int(x) for x in parts]
+    except ValueError:
+        vals = []
+    if len(vals) not in (2, 3) or min(vals) < 1:
+        raise ValueError(f"trace {spec!r}: expected fixed:<prompt tokens>:<output tokens>"
+                         "[:<requests>] with integers >= 1")
+    n = vals[2] if len(vals) == 3 else 1000
+    return Trace(arrival_s=None, prompt_tokens=np.full(n, vals[0], np.int64),
+                 output_tokens=np.full(n, vals[1], np.int64), source=spec,
+                 format="fixed")
 
 
 def list_presets() -> list[str]:
@@ -124,7 +142,9 @@ def resolve_trace(spec, *, seed: int = 0, n: int | None = None,
     spec = str(spec)
     if spec == "default":
         return default_trace(2000 if n is None else int(n), seed)
-    if spec in PRESETS:
+    if spec.startswith("fixed:"):
+        trace = fixed_trace(spec)
+    elif spec in PRESETS:
         rel, pattern, _ = PRESETS[spec]
         trace = load_trace(traces_dir() / rel, sample=sample,
                            **({"pattern": pattern} if pattern else {}))

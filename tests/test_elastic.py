@@ -1,0 +1,192 @@
+"""The elastic family (eLLM, vLLM, vLLM-CP): memory model, Algorithm 2's buffer, the
+relaxed gradient against finite differences, and bad input. Exact mode against the
+NumPy reference: tests/test_elastic_reference.py."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hardware
+from hardware.memory_profile import activation_coefficients, activation_peak_bytes
+from models import (deployment_values, get_system, make_inputs, make_options,
+                    make_workload, metrics, simulate, validate_params)
+from models.elastic.state import LogicalBuffer, W_MAX
+from models.elastic.step import _buffer, memory
+from models.elastic.family import POLICIES
+from tests.sim_fixtures import DEP, HW, config
+
+
+def _inputs(system, cap=3000.0, n=48, seed=0, **cfg_kw):
+    rng = np.random.default_rng(seed)
+    out = rng.integers(1, 200, n)
+    wl = make_workload(np.cumsum(rng.exponential(0.03, n)), rng.integers(20, 400, n), out,
+                       out * 1.0, rng.uniform(0, 1, n), pad_to=n)
+    cfg = config(cap, n_slots=16, admit_window=4, max_len=256,
+                 max_prefill=cfg_kw.pop("max_prefill", 800.0), **cfg_kw)
+    opts = make_options(system, block=4)
+    return make_inputs(wl, cfg, opts, deployment=DEP), opts
+
+
+def _params(system, **over):
+    p = get_system(system).default_params(256, HW)
+    p.update({k: np.float32(v) for k, v in over.items()})
+    return {k: jnp.asarray(v) for k, v in p.items()}
+
+
+def test_activation_coefficients_reproduce_vllm_profile_peak():
+    m = hardware.get_model("llama-3-8b-262k")
+    for version in ("v0", "v1"):
+        c = activation_coefficients(m, version=version)
+        for tokens, rows in ((8192, 256), (262144, 256), (512, 64)):
+            rows_used = rows if version == "v0" else min(rows, tokens)
+            mine = max(c.forward * tokens, c.held * tokens + c.per_row * rows_used + c.fixed)
+            ref = activation_peak_bytes(m, max_num_batched_tokens=tokens, max_num_seqs=rows,
+                                        version=version)["peak"]
+            assert mine == pytest.approx(ref, rel=1e-12)
+
+
+def test_llama3_8b_262k_preset_has_llama3_shapes_and_long_context():
+    a, b = hardware.get_model("llama-3-8b"), hardware.get_model("llama-3-8b-262k")
+    assert b.max_position == 262144 and a.max_position == 8192
+    for f in ("n_layers", "hidden_size", "n_heads", "n_kv_heads", "intermediate_size",
+              "vocab_size", "n_params"):
+        assert getattr(a, f) == getattr(b, f), f
+    assert hardware.get_model("gradientai/Llama-3-8B-Instruct-262k").name == b.name
+
+
+def test_pool_split_per_system():
+    """One pool P = KV capacity + vLLM's activation reservation: vLLM keeps the
+    capacity as KV space, vLLM-CP more (its reservation is for 512 tokens), eLLM all."""
+    ins, _ = _inputs("vllm")
+    cap = float(ins.cfg.capacity_tokens)
+    spaces = {}
+    for system, pol in POLICIES.items():
+        mem = memory(ins.extra, ins.cfg, _params(system), pol)
+        spaces[system] = float(mem.space)
+        assert float(mem.pool) == pytest.approx(spaces.get("ellm", float(mem.pool)))
+    assert spaces["vllm"] == pytest.approx(cap)
+    assert cap < spaces["vllm-cp"] < spaces["ellm"]
+    # a chunk is 2 MiB of KV (rounded to whole tokens)
+    assert float(ins.extra.chunk) == round(2 ** 21 / float(ins.cfg.kv_bytes_per_token))
+
+
+def _buf(size):
+    z = jnp.zeros(W_MAX, jnp.float32)
+    return LogicalBuffer(size=jnp.float32(size), ttft_ring=z, tpot_ring=z,
+                         owned=jnp.float32(0))
+
+
+@pytest.mark.parametrize("t", [0.0, 1e-4])
+def test_algorithm2_buffer_moves_by_a_on_k_misses_in_w(t):
+    p = _params("ellm", a=2.0, k=3.0, w=5.0, cpu_buffer_gib=1.0)
+    kvb = jnp.float32(2.0 ** 20)  # 1 MiB per token: B_max = 1024 tokens
+    b = _buf(16.0)
+    sizes = []
+    for miss in (1.0, 1.0, 0.0, 1.0):  # 3 TTFT misses within 5 iterations: one event
+        b, _ = _buffer(b, jnp.float32(miss), jnp.float32(0.0), p, jnp.float32(16.0), kvb,
+                       jnp.float32(t))
+        sizes.append(float(b.size))
+    assert sizes == pytest.approx([16.0, 16.0, 16.0, 32.0], rel=1e-3)
+    assert float(jnp.sum(b.ttft_ring)) == pytest.approx(0.0, abs=1e-3)  # cleared
+    for _ in range(30):  # an event every 3 missed iterations: capped at B_max
+        b, _ = _buffer(b, jnp.float32(1.0), jnp.float32(0.0), p, jnp.float32(16.0), kvb,
+                       jnp.float32(t))
+    assert float(b.size) == pytest.approx(1024.0, rel=1e-3)
+    for _ in range(30):  # TPOT events halve it, never below one chunk
+        b, _ = _buffer(b, jnp.float32(1.0), jnp.float32(1.0), p, jnp.float32(16.0), kvb,
+                       jnp.float32(t))
+    assert float(b.size) == pytest.approx(16.0, rel=1e-3)
+
+
+def test_algorithm2_window_excludes_old_misses():
+    """Missed iterations older than w do not count (3 misses, the first 5 lags before
+    the last: outside a 5-iteration window, inside a 6-iteration one)."""
+    p = _params("ellm", k=3.0, w=5.0)
+    b = _buf(16.0)
+    for miss in (1.0, 0.0, 0.0, 0.0, 1.0, 1.0):
+        b, _ = _buffer(b, jnp.float32(miss), jnp.float32(0.0), p, jnp.float32(16.0),
+                       jnp.float32(1.0), jnp.float32(0.0))
+    assert float(b.size) == 16.0
+    p = _params("ellm", k=3.0, w=6.0)  # the same misses inside a 6-iteration window
+    b = _buf(16.0)
+    for miss in (1.0, 0.0, 0.0, 0.0, 1.0, 1.0):
+        b, _ = _buffer(b, jnp.float32(miss), jnp.float32(0.0), p, jnp.float32(16.0),
+                       jnp.float32(1.0), jnp.float32(0.0))
+    assert float(b.size) == 32.0
+
+
+def _loaded():
+    """A pressured pool: eLLM inflates and (with a small TTFT SLO) offloads."""
+    rng = np.random.default_rng(3)
+    n = 48
+    out = rng.integers(20, 160, n)
+    wl = make_workload(np.cumsum(rng.exponential(0.01, n)), rng.integers(50, 300, n), out,
+                       out * 1.0, rng.uniform(0, 1, n), pad_to=n)
+    cfg = config(2500.0, n_slots=24, admit_window=4, max_len=256, max_prefill=600.0)
+    cfg = cfg.replace(ttft_slo_s=jnp.float32(0.05), tpot_slo_s=jnp.float32(5.0))
+    opts = make_options("ellm", block=4, chunk_mib=0.25)
+    return make_inputs(wl, cfg, opts, deployment=DEP), opts
+
+
+def test_ellm_offloads_and_fetches_under_pressure_and_inflates():
+    ins, opts = _loaded()
+    st, _ = jax.jit(lambda p: simulate(ins, HW, p, 0.0, opts, 1500))(_params("ellm"))
+    m = {k: float(v) for k, v in metrics(st, ins, opts).items()}
+    assert m["completed"] == 48
+    assert m["offloads"] > 0 and m["offload_gib"] > 0
+    assert m["fetch_gib"] == pytest.approx(m["offload_gib"], rel=1e-6)
+    assert m["inflation_events"] > 0 and m["peak_inflated_gib"] > 0
+    assert m["ttft_events"] > 0
+    assert m["peak_gpu_share"] <= 1.0 + 1e-6
+
+
+@pytest.mark.parametrize("t, metric, arg, rel", [
+    (2.0, "completed", "theta", 0.05),   # admission weights at the theta gate
+    (2.0, "tps", "theta", 0.1),
+    (0.1, "offloads", "a", 0.2),         # Algorithm 2's soft buffer -> the offload gate
+])
+def test_relaxed_gradient_matches_finite_differences(t, metric, arg, rel):
+    """Autodiff of a relaxed metric equals a central finite difference of the same
+    relaxed function, and is not zero (the relaxed path is smooth in theta and a)."""
+    ins, opts = _loaded()
+    base = _params("ellm", theta=0.02 if arg == "theta" else 0.01)
+    h = {"theta": 1e-3, "a": 2e-2}[arg]
+
+    @jax.jit
+    def f(x):
+        st, _ = simulate(ins, HW, dict(base, **{arg: x}), jnp.float32(t), opts, 400)
+        return metrics(st, ins, opts)[metric]
+
+    g = float(jax.grad(f)(base[arg]))
+    fd = (float(f(base[arg] + h)) - float(f(base[arg] - h))) / (2 * h)
+    assert abs(fd) > 1e-3 and g == pytest.approx(fd, rel=rel), (g, fd)
+
+
+def test_deployment_values_describe_the_split():
+    ins, opts = _inputs("vllm-cp")
+    d = deployment_values(ins, _params("vllm-cp"), opts)
+    assert d["max_num_batched_tokens"] == 512 and d["kv_space_tokens"] < d["pool_tokens"]
+    ins, opts = _inputs("ellm")
+    d = deployment_values(ins, _params("ellm"), opts)
+    assert d["violation_event"] == "3 SLO misses within 5 iterations"
+    assert d["theta_tokens"] == int(0.01 * d["pool_tokens"])
+
+
+def test_bad_input_is_one_clear_error():
+    rng = np.random.default_rng(0)
+    wl = make_workload(np.arange(4.0), np.full(4, 10), np.full(4, 5), np.full(4, 5.0),
+                       rng.uniform(0, 1, 4))
+    cfg = config(1000.0)
+    with pytest.raises(ValueError, match="needs the deployment"):
+        make_inputs(wl, cfg, make_options("ellm"))
+    with pytest.raises(ValueError, match="unknown option"):
+        make_options("ellm", window=3)
+    with pytest.raises(ValueError, match="chunk_mib"):
+        make_options("ellm", chunk_mib=0)
+    with pytest.raises(ValueError, match="'a'"):
+        validate_params(get_system("ellm"), {"a": 0.5}, 256)
+    with pytest.raises(ValueError, match="'theta'"):
+        validate_params(get_system("ellm"), {"theta": math.nan}, 256)
