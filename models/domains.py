@@ -119,6 +119,10 @@ DOMAINS: dict[str, Domain] = {d.name: d for d in (
     Domain("positive", _check_positive,
            lambda rng, p, v0, max_len: _near_default(rng, v0),
            lambda z, p: jax.nn.softplus(z), lambda x, p: jnp.log(jnp.expm1(x))),
+    # a positive scale tuned in log space (sizes spanning orders of magnitude)
+    Domain("log_positive", _check_positive,
+           lambda rng, p, v0, max_len: _near_default(rng, v0),
+           lambda z, p: jnp.exp(z), lambda x, p: jnp.log(x)),
     Domain("integer", _check_integer,
            lambda rng, p, v0, max_len: _near_default(rng, v0, integer=True)),
 )}

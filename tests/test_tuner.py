@@ -19,14 +19,19 @@ from tuner.space import Space
 SMALL = ["--n-requests", "120", "--slots", "32"]
 
 
-def test_space_round_trip_and_domains():
-    spec = get_system("odma")
+@pytest.mark.parametrize("system", ["odma", "ellm"])
+def test_space_round_trip_and_domains(system):
+    spec = get_system(system)
     base = validate_params(spec, {}, 1024)
     space = Space(spec, base)
     theta = space.to_theta({k: jnp.asarray(v) for k, v in base.items()})
     back = space.to_params(theta)
     for k in base:
         np.testing.assert_allclose(back[k], base[k], rtol=1e-4, atol=1e-5)
+    if system == "ellm":  # the CPU buffer is tuned in log space: theta = log(GiB)
+        assert float(theta["cpu_buffer_gib"]) == pytest.approx(np.log(64.0))
+        big = space.to_params(dict(theta, cpu_buffer_gib=jnp.float32(np.log(1024.0))))
+        assert float(big["cpu_buffer_gib"]) == pytest.approx(1024.0, rel=1e-5)
 
 
 @settings(max_examples=40, deadline=None)

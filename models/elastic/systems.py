@@ -41,7 +41,7 @@ ELLM = register_system(SystemSpec(
                   1.05, 8.0),
         ParamSpec("theta", "interval", "share of the pool",
                   "free memory Algorithm 1 keeps when admitting or fetching", 0.0, 0.2),
-        ParamSpec("cpu_buffer_gib", "positive", "GiB",
+        ParamSpec("cpu_buffer_gib", "log_positive", "GiB",
                   "host memory the logical buffer may grow to (B_max)"),
         ParamSpec("k", "interval", "misses", "SLO misses within the window that make a "
                   "violation event (count >= k)", 1.0, 16.0),
