@@ -190,3 +190,20 @@ def test_bad_input_is_one_clear_error():
         validate_params(get_system("ellm"), {"a": 0.5}, 256)
     with pytest.raises(ValueError, match="'theta'"):
         validate_params(get_system("ellm"), {"theta": math.nan}, 256)
+
+
+def test_fit_warns_when_a_window_is_one_burst():
+    """40 requests that eLLM's pool holds at once: goodput (rescaled arrivals) exceeds
+    the saturation throughput, which sustained load cannot; tuner.fit warns."""
+    from tuner.evaluate import evaluate
+    from tuner.fitting import finite_window
+    from tuner.scenario import ScenarioSpec, build_scenario
+
+    sc = build_scenario(ScenarioSpec(
+        trace="fixed:2048:256:40", hardware="a100-80gb", model="llama-3-8b-262k",
+        max_model_len=262144, max_prefill=262144, gpu_memory_utilization=0.95, rate=1.0,
+        n_slots=64, max_batch=64, admit_window=16))
+    cap = evaluate(sc, "ellm", {}, objective="goodput_rps")
+    assert cap["goodput_rps"] > 1.5 * cap["saturation_rps"], cap
+    msg = finite_window(sc, cap)
+    assert "40 requests" in msg and "one burst" in msg and "--window-requests" in msg

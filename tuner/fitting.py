@@ -211,6 +211,10 @@ def build_problem(spec, st: FitSettings, log=lambda s: None,
             if sc.nominal_rps > c["goodput_rps"]:
                 warn(overload(sc, c["goodput_rps"]))
                 break
+        for sc, c in zip(scs, caps):
+            if c["goodput_rps"] > 1.5 * c["saturation_rps"]:
+                warn(finite_window(sc, c))
+                break
     else:
         n_steps, m = _n_steps(scs[0], st.system, start)
         if m["queue_delay_mean_s"] > 10 * scs[0].slo["ttft_s"]:
@@ -219,6 +223,20 @@ def build_problem(spec, st: FitSettings, log=lambda s: None,
                  f"{scs[0].slo['ttft_s']:.3g} s); throughput objectives then measure "
                  "the backlog, not the policy (the goodput objective rescales arrivals)")
     return Problem(scs, st.system, space, objective, n_steps, rates), default
+
+
+def finite_window(sc, cap: dict) -> str:
+    """The warning for a window whose goodput exceeds its own saturation throughput: so
+    few requests that the server absorbs them as one burst (sustained load cannot be
+    served faster than requests finish when they all wait)."""
+    n = int(np.sum(np.asarray(sc.workload.valid)))
+    held = cap.get("max_batch_size")
+    held = f" (up to {held:.0f} requests decode together)" if held else ""
+    return (f"a training window of {n} requests has goodput {cap['goodput_rps']:.3g} "
+            f"req/s, above its saturation throughput {cap['saturation_rps']:.3g} req/s "
+            f"(all requests at once): the server absorbs the window as one burst{held}, "
+            "so goodput measures a finite burst, not sustained load; use more "
+            "--window-requests")
 
 
 def _verdict(c) -> str:
