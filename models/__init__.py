@@ -2,7 +2,8 @@
 
 The core (``family``, ``simulate``, ``server``, ``outcomes``, ``registry``, ``domains``,
 ``relax``, ``workload``) runs any registered family; each family is one sub-package
-(``models.bucketed``) that registers itself and its systems when imported here.
+(``models.bucketed``, ``models.elastic``) that registers itself and its systems when
+imported here.
 """
 
 from models.domains import DOMAINS, Domain
