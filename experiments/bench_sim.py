@@ -1,4 +1,5 @@
-"""Throughput and memory of the bucketed simulator on a real trace (CPU).
+"""Throughput and memory of the simulators on a real trace (CPU): the bucketed systems by
+default, any registered system with ``--systems`` (e.g. ``ellm,vllm,vllm-cp``).
 
 For each system: simulated iterations per second of one exact-mode config, and
 config-iterations per second of exact-mode sweeps (``jax.vmap`` over configs: the
@@ -65,6 +66,28 @@ def _setup_devices(n: int) -> None:
                                    .strip())
 
 
+def _deployment():
+    import hardware
+
+    return hardware.make_deployment("mlu370-x4", "deepseek-r1-distill-qwen-7b", tp=1)
+
+
+def _options(kind, **settings):
+    """The system's options: the bucketed family's window settings only for it."""
+    from models import family_of, make_options
+
+    if family_of(kind).name != "bucketed":
+        settings = {k: v for k, v in settings.items()
+                    if k not in ("window", "refresh_every")}
+    return make_options(kind, **settings)
+
+
+def _inputs(wl, cfg, opts):
+    from models import make_inputs
+
+    return make_inputs(wl, cfg, opts, deployment=_deployment())
+
+
 def _problem(n_requests: int, n_slots: int):
     import jax.numpy as jnp
     import numpy as np
@@ -76,7 +99,7 @@ def _problem(n_requests: int, n_slots: int):
     from tuner.workloads.presets import traces_dir
     from tuner.workloads.traces import load_trace
 
-    dep = hardware.make_deployment("mlu370-x4", "deepseek-r1-distill-qwen-7b", tp=1)
+    dep = _deployment()
     tr = load_trace(traces_dir() / TRACE)
     sl = slice(0, n_requests)
     max_len = int(min(max(256, 2 ** int(np.ceil(np.log2(tr.output_tokens[sl].max())))),
@@ -117,10 +140,10 @@ def state_bytes(kind, wl, cfg, params, window=10_000) -> int:
     """Bytes of the carried simulator state of one config (without the workload)."""
     import jax
 
-    from models import init_state, make_inputs, make_options
+    from models import init_state
 
-    opts = make_options(kind, window=window)
-    inputs = make_inputs(wl, cfg, opts)
+    opts = _options(kind, window=window)
+    inputs = _inputs(wl, cfg, opts)
     shapes = jax.eval_shape(lambda: init_state(inputs, params, 0.0, opts))
     return int(sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(shapes)))
 
@@ -144,10 +167,10 @@ def _sweep_temp(kind, window, wl, hw, cfgs, ps, axes, steps=16) -> int:
     """XLA's temporary bytes of a compiled (not run) exact sweep over ``cfgs``."""
     import jax
 
-    from models import make_inputs, make_options, metrics, simulate
+    from models import metrics, simulate
 
-    opts = make_options(kind, window=window)
-    inputs = make_inputs(wl, cfgs, opts)
+    opts = _options(kind, window=window)
+    inputs = _inputs(wl, cfgs, opts)
 
     def one(c, p):
         x = inputs.replace(cfg=c)
@@ -167,15 +190,15 @@ def run_bench(args) -> dict:
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from models import make_inputs, make_options, metrics, simulate
+    from models import metrics, simulate
 
     wl, cfg, hw = _problem(args.requests, args.slots)
     sizes = [int(c) for c in args.configs.split(",")]
     rows = []
     for kind in args.systems.split(","):
         extra = {} if args.latency_hist else {"latency_hist": False}
-        opts = make_options(kind, window=10_000, refresh_every=1000, block=16, **extra)
-        inputs = make_inputs(wl, cfg, opts)
+        opts = _options(kind, window=10_000, refresh_every=1000, block=16, **extra)
+        inputs = _inputs(wl, cfg, opts)
 
         def one(c, p, opts=opts, inputs=inputs):  # t = 0.0 (a constant): exact mode
             x = inputs.replace(cfg=c)
