@@ -28,6 +28,7 @@ Writes ``bench_sim.json`` and ``bench_sim.md`` to ``--out`` (atomically).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import resource
 import sys
@@ -66,6 +67,7 @@ def _setup_devices(n: int) -> None:
                                    .strip())
 
 
+@functools.cache
 def _deployment():
     import hardware
 

@@ -237,10 +237,9 @@ def _deployment(sc) -> dict:
 
 def _act_tokens(sc, tokens: float, rows: float) -> float:
     """act(T, R) of the semantics (KV tokens) on this deployment."""
-    from models.elastic.step import Memory
+    from models.elastic.step import activation
 
-    ex = sc.inputs("ellm").extra
-    return float(Memory(ex.chunk, ex.coef, 0.0, 0.0, 0.0).act(tokens, rows))
+    return float(activation(sc.inputs("ellm").extra).act(tokens, rows))
 
 
 def _ratio(a, b):

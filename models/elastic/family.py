@@ -10,7 +10,7 @@ import numpy as np
 from models.elastic.state import (ElasticAcc, ElasticInputs, ElasticOptions, ElasticPolicy,
                                   ElasticRecord, ElasticSlots, ElasticState,
                                   LogicalBuffer, W_MAX)
-from models.elastic.step import memory, step as _step
+from models.elastic.step import memory, pool_tokens, step as _step
 from models.family import Inputs, Metric, SimOptions
 from models.outcomes import CORE_METRICS, core_metrics
 from models.server import init_acc, init_record, slot_fields
@@ -115,7 +115,7 @@ class _Elastic:
     def metrics(self, state, inputs: Inputs) -> dict:
         acc, cfg = state.acc, inputs.cfg
         gib = cfg.kv_bytes_per_token / GIB
-        pool = cfg.capacity_tokens + _act_reserve(inputs)
+        pool = pool_tokens(inputs.extra, cfg)
         return {
             **core_metrics(state, inputs),
             "decode_tps": acc.dec_tokens / jnp.maximum(acc.dec_busy_s, 1e-9),
@@ -159,14 +159,6 @@ class _Elastic:
             if pol.chunked:
                 out["max_num_batched_tokens"] = int(params["chunk"])
         return out
-
-
-def _act_reserve(inputs: Inputs):
-    """vLLM's activation reservation at ``max_prefill`` (the pool less the KV space)."""
-    from models.elastic.step import Memory
-
-    m = Memory(inputs.extra.chunk, inputs.extra.coef, 0.0, 0.0, 0.0)
-    return m.act(inputs.cfg.max_prefill, inputs.cfg.max_batch.astype(jnp.float32))
 
 
 ELASTIC = _Elastic()

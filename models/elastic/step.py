@@ -22,7 +22,7 @@ from models.elastic.state import (ElasticAcc, ElasticPolicy, ElasticRecord, Elas
 from models.family import IterLog
 from models.server import Finished, nth_true, pack_bits
 
-__all__ = ["Memory", "memory", "step"]
+__all__ = ["Memory", "activation", "memory", "pool_tokens", "step"]
 
 _BIG = jnp.iinfo(jnp.int32).max
 
@@ -47,17 +47,28 @@ class Memory(NamedTuple):
         return jnp.where(tokens > 0, self.kv(need), 0.0)
 
 
+def activation(extra) -> Memory:
+    """The chunk and activation model of the family inputs alone (``kv``/``act``)."""
+    z = jnp.float32(0)
+    return Memory(extra.chunk, extra.coef, z, z, z)
+
+
+def pool_tokens(extra, cfg):
+    """The pool: the deployment's KV capacity plus vLLM's activation reservation at
+    (``max_prefill``, ``max_batch``), in KV tokens."""
+    return cfg.capacity_tokens + activation(extra).act(
+        cfg.max_prefill, cfg.max_batch.astype(jnp.float32))
+
+
 def memory(extra, cfg, params, pol: ElasticPolicy) -> Memory:
-    """Pool, KV space and threshold of a system on a server config (the pool is the
-    deployment's KV capacity plus vLLM's activation reservation at ``max_prefill``)."""
-    m = Memory(extra.chunk, extra.coef, jnp.float32(0), jnp.float32(0), jnp.float32(0))
-    rows = cfg.max_batch.astype(jnp.float32)
-    pool = cfg.capacity_tokens + m.act(cfg.max_prefill, rows)
+    """Pool, KV space and threshold of a system on a server config."""
+    m = activation(extra)
+    pool = pool_tokens(extra, cfg)
     if pol.unified:
         return m._replace(pool=pool, space=pool, theta=params["theta"] * pool)
     budget = params["chunk"] if pol.chunked else cfg.max_prefill
-    return m._replace(pool=pool, space=pool - m.act(budget, rows),
-                      theta=cfg.watermark_tokens)
+    return m._replace(pool=pool, space=pool - m.act(budget, cfg.max_batch.astype(
+        jnp.float32)), theta=cfg.watermark_tokens)
 
 
 def _sorted_slots(sl: ElasticSlots):
@@ -295,6 +306,7 @@ def step(st: ElasticState, inputs, hw, params, t, pol: ElasticPolicy, log: bool 
     chunk_new = put(take, zero)
     todo_new = put(jnp.round(c.tokens - take).astype(jnp.int32), sl.todo)
     host_new = put(host, jnp.zeros(n_slots, bool))
+    placed_new = placed & ~put(c.is_pre, jnp.zeros(n_slots, bool))  # first admissions
     order = put(st.counter + jnp.arange(c.slot.shape[0], dtype=jnp.int32), sl.order)
     sl2 = sl.replace(
         req=put(c.req, sl.req), prompt=put(c.prompt, sl.prompt),
@@ -303,8 +315,7 @@ def step(st: ElasticState, inputs, hw, params, t, pol: ElasticPolicy, log: bool 
         kv=jnp.where(placed, jnp.where(host_new, 0.0, put(kv_i, zero)), sl.kv),
         host=jnp.where(placed & host_new, put(kv_i, zero), sl.host),
         weight=put(w, sl.weight), arrival=put(c.arrival, sl.arrival),
-        t_admit=jnp.where(placed & ~put(c.is_pre, jnp.zeros(n_slots, bool)), clock,
-                          sl.t_admit),
+        t_admit=jnp.where(placed_new, clock, sl.t_admit),
         todo=todo_new, order=order)
     # 4-6: what this iteration computes
     dec_run = (keep & dec) | fetch
@@ -365,7 +376,7 @@ def step(st: ElasticState, inputs, hw, params, t, pol: ElasticPolicy, log: bool 
         dec_busy_s=acc.dec_busy_s + jnp.where(dec_seqs > 0, dt, 0.0))
     # 7 completion
     sl3, acc, fin, rec, ttft, tpot_now = _complete(
-        sl3, acc, st.rec, placed & ~put(c.is_pre, jnp.zeros(n_slots, bool)), first,
+        sl3, acc, st.rec, placed_new, first,
         progressed, host_new & placed, clock, st.it, n, t, cfg, hw)
     # 5 drop: a new head request is skipped, a preempted slot freed
     ps = jnp.minimum(c.slot[0], n_slots - 1)
