@@ -6,9 +6,30 @@ test unless every named file or folder exists in the shared traces directory
 ``<repo>/../shared/traces``); with no names it needs only the directory. Mark just the
 tests that read the shared traces (directly or through a fixture), never a whole module,
 so that the trace-free tests beside them run everywhere.
+
+The experiment scripts' persistent XLA cache (``KVTUNE_JAX_CACHE``) stays off inside the
+test process unless the environment sets it: enabled midway through the suite (by the
+first experiment test), JAX's cache read/write crashed the process with a segmentation
+fault in later tests (twice, in ``test_readme``'s tour).
 """
 
+import os
+
 import pytest
+
+os.environ.setdefault("KVTUNE_JAX_CACHE", "0")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_executables():
+    """Drop JAX's compiled executables after each test module: the suite compiles
+    hundreds of simulators in one process, and past ~55% of it XLA's CPU compiler
+    crashed with a segmentation fault (the process's memory maps grow with every live
+    executable)."""
+    yield
+    import jax
+
+    jax.clear_caches()
 
 
 def pytest_configure(config):
