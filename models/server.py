@@ -22,6 +22,7 @@ __all__ = [
     "Acc",
     "Record",
     "Finished",
+    "finish_outcomes",
     "init_slots",
     "init_acc",
     "init_record",
@@ -159,6 +160,29 @@ class Finished:
     ttft: jax.Array    # [S] float32 seconds
     tpot: jax.Array    # [S] float32 seconds
     bits: jax.Array    # [ceil(S/32)] uint32 the completion mask, 32 slots per word
+
+
+def finish_outcomes(acc, sl, done, clock, t, cfg, hw):
+    """The slots ``done`` this iteration into the shared accumulators (weighted by the
+    admission weight; SLO attainment soft at T > 0) and :class:`Finished`. ``sl`` needs
+    ``weight``, ``output``, ``prompt``, ``t_first`` and ``arrival``. Returns
+    ``(acc, fin)``; ``fin.ttft`` is each slot's TTFT (finished or not)."""
+    wd = jnp.where(done, sl.weight, 0.0)
+    ttft = sl.t_first - sl.arrival + hw.request_overhead_s
+    tpot = jnp.where(sl.output > 1, (clock - sl.t_first)
+                     / jnp.maximum(sl.output - 1, 1).astype(jnp.float32), 0.0)
+    ttft_ok = relax.soft_ge(cfg.ttft_slo_s, ttft, t, 0.1 * cfg.ttft_slo_s)
+    tpot_ok = relax.soft_ge(cfg.tpot_slo_s, tpot, t, 0.1 * cfg.tpot_slo_s)
+    acc = acc.replace(
+        completed=acc.completed + jnp.sum(wd),
+        tokens=acc.tokens + jnp.sum(wd * sl.output),
+        actual_kv=acc.actual_kv + jnp.sum(wd * (sl.prompt + sl.output)),
+        ttft_ok=acc.ttft_ok + jnp.sum(wd * ttft_ok),
+        tpot_ok=acc.tpot_ok + jnp.sum(wd * tpot_ok),
+        slo_ok=acc.slo_ok + jnp.sum(wd * ttft_ok * tpot_ok))
+    fin = Finished(length=jnp.where(done, jnp.minimum(sl.output, cfg.max_len), 0),
+                   ttft=ttft, tpot=tpot, bits=pack_bits(done))
+    return acc, fin
 
 
 def prefix_sum(x):

@@ -20,7 +20,7 @@ from models import relax
 from models.elastic.state import (ElasticAcc, ElasticPolicy, ElasticRecord, ElasticSlots,
                                   ElasticState, LogicalBuffer, W_MAX)
 from models.family import IterLog
-from models.server import Finished, nth_true, pack_bits
+from models.server import finish_outcomes, nth_true
 
 __all__ = ["Memory", "activation", "memory", "pool_tokens", "step"]
 
@@ -413,22 +413,9 @@ def _complete(sl: ElasticSlots, acc: ElasticAcc, rec, admitted_new, first, progr
     """Step 7: finished slots free everything; outcomes enter the accumulators, the
     record and ``Finished``. Also returns each slot's TTFT and TPOT so far."""
     done = ((sl.status == 1) | (sl.status == 3)) & (sl.gen >= sl.output)
-    wd = jnp.where(done, sl.weight, 0.0)
-    ttft = sl.t_first - sl.arrival + hw.request_overhead_s
+    acc, fin = finish_outcomes(acc, sl, done, clock, t, cfg, hw)
+    ttft = fin.ttft
     tpot_now = (clock - sl.t_first) / jnp.maximum(sl.gen - 1, 1).astype(jnp.float32)
-    tpot = jnp.where(sl.output > 1, (clock - sl.t_first)
-                     / jnp.maximum(sl.output - 1, 1).astype(jnp.float32), 0.0)
-    ttft_ok = relax.soft_ge(cfg.ttft_slo_s, ttft, t, 0.1 * cfg.ttft_slo_s)
-    tpot_ok = relax.soft_ge(cfg.tpot_slo_s, tpot, t, 0.1 * cfg.tpot_slo_s)
-    acc = acc.replace(
-        completed=acc.completed + jnp.sum(wd),
-        tokens=acc.tokens + jnp.sum(wd * sl.output),
-        actual_kv=acc.actual_kv + jnp.sum(wd * (sl.prompt + sl.output)),
-        ttft_ok=acc.ttft_ok + jnp.sum(wd * ttft_ok),
-        tpot_ok=acc.tpot_ok + jnp.sum(wd * tpot_ok),
-        slo_ok=acc.slo_ok + jnp.sum(wd * ttft_ok * tpot_ok))
-    fin = Finished(length=jnp.where(done, jnp.minimum(sl.output, cfg.max_len), 0),
-                   ttft=ttft, tpot=tpot, bits=pack_bits(done))
     if rec is not None:
         req = sl.req
         aidx = jnp.where(admitted_new, req, n)

@@ -21,7 +21,7 @@ from models.eviction.attention import token_groups
 from models.eviction.state import (EvictAcc, EvictPolicy, EvictRecord, EvictSlots,
                                    EvictState, K_CLASSES, N_GROUPS)
 from models.family import IterLog
-from models.server import Finished, hist_add, nth_true, pack_bits
+from models.server import finish_outcomes, hist_add, nth_true
 
 __all__ = ["Returns", "budget_tokens", "returns", "step"]
 
@@ -417,24 +417,10 @@ def _complete(sl: EvictSlots, acc: EvictAcc, rec, admitted_new, first, clock, it
               cfg, hw):
     """Step 6: finished streams free their slot; outcomes enter the accumulators."""
     done = (sl.status == 1) & (sl.gen >= sl.output)
-    wd = jnp.where(done, sl.weight, 0.0)
-    ttft = sl.t_first - sl.arrival + hw.request_overhead_s
-    tpot = jnp.where(sl.output > 1, (clock - sl.t_first)
-                     / jnp.maximum(sl.output - 1, 1).astype(jnp.float32), 0.0)
+    acc, fin = finish_outcomes(acc, sl, done, clock, t, cfg, hw)
     e2e = clock - sl.arrival + hw.request_overhead_s
-    ttft_ok = relax.soft_ge(cfg.ttft_slo_s, ttft, t, 0.1 * cfg.ttft_slo_s)
-    tpot_ok = relax.soft_ge(cfg.tpot_slo_s, tpot, t, 0.1 * cfg.tpot_slo_s)
-    acc = acc.replace(
-        completed=acc.completed + jnp.sum(wd),
-        tokens=acc.tokens + jnp.sum(wd * sl.output),
-        actual_kv=acc.actual_kv + jnp.sum(wd * (sl.prompt + sl.output)),
-        ttft_ok=acc.ttft_ok + jnp.sum(wd * ttft_ok),
-        tpot_ok=acc.tpot_ok + jnp.sum(wd * tpot_ok),
-        slo_ok=acc.slo_ok + jnp.sum(wd * ttft_ok * tpot_ok),
-        e2e_hist=hist_add(acc.e2e_hist, jax.lax.stop_gradient(e2e),
-                          jnp.where(done, 1.0, 0.0)))
-    fin = Finished(length=jnp.where(done, jnp.minimum(sl.output, cfg.max_len), 0),
-                   ttft=ttft, tpot=tpot, bits=pack_bits(done))
+    acc = acc.replace(e2e_hist=hist_add(acc.e2e_hist, jax.lax.stop_gradient(e2e),
+                                        jnp.where(done, 1.0, 0.0)))
     if rec is not None:
         req = sl.req
         rec = EvictRecord(
