@@ -30,9 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Protocol
 
+import jax.numpy as jnp
 from flax import struct
 
-__all__ = ["Family", "Inputs", "IterLog", "Metric", "SimOptions", "Sink", "deployment_values",
+__all__ = ["Family", "HeadQueueFamily", "Inputs", "IterLog", "Metric", "SimOptions", "Sink", "deployment_values",
            "family_of", "get_family", "list_families", "make_inputs", "make_options",
            "register_family"]
 
@@ -125,6 +126,22 @@ class Family(Protocol):
         numbers/lists, JSON-ready) of a system with these params on these inputs: what
         an engineer configures a real server with (e.g. bucket bounds in tokens, pool
         sizes in tokens and bytes). Runs on the host, outside jit."""
+
+
+class HeadQueueFamily:
+    """Defaults for a family without a completion sink or end-of-block work whose state
+    has ``head`` (first request not yet admitted) and ``slots.status`` (0 empty): it is
+    done when every valid request was admitted and every slot is empty."""
+
+    def sink(self, opts: "SimOptions"):
+        return None
+
+    def end_block(self, state, inputs: Inputs, params, *, t, opts: "SimOptions"):
+        return state
+
+    def done(self, state, inputs: Inputs):
+        n_valid = jnp.sum(inputs.wl.valid)
+        return (state.head >= n_valid) & ~jnp.any(state.slots.status > 0)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from models.elastic.state import (ElasticAcc, ElasticInputs, ElasticOptions, Ela
                                   ElasticRecord, ElasticSlots, ElasticState,
                                   LogicalBuffer, W_MAX)
 from models.elastic.step import memory, pool_tokens, step as _step
-from models.family import Inputs, Metric, SimOptions
+from models.family import HeadQueueFamily, Inputs, Metric, SimOptions
 from models.outcomes import CORE_METRICS, core_metrics
 from models.server import init_acc, init_record, slot_fields
 
@@ -32,7 +32,7 @@ def _policy(system: str) -> ElasticPolicy:
     return POLICIES[system]
 
 
-class _Elastic:
+class _Elastic(HeadQueueFamily):
     name = "elastic"
     metrics_spec = {
         **CORE_METRICS,
@@ -96,16 +96,6 @@ class _Elastic:
 
     def step(self, state, inputs: Inputs, params, *, hw, t, opts: SimOptions):
         return _step(state, inputs, hw, params, t, _policy(opts.system), log=opts.work_log)
-
-    def sink(self, opts: SimOptions):
-        return None
-
-    def end_block(self, state, inputs: Inputs, params, *, t, opts: SimOptions):
-        return state
-
-    def done(self, state, inputs: Inputs):
-        n_valid = jnp.sum(inputs.wl.valid)
-        return (state.head >= n_valid) & ~jnp.any(state.slots.status > 0)
 
     def memory_limit(self, inputs: Inputs, params, opts: SimOptions):
         """Tokens the system's resident KV (plus, for eLLM, each iteration's

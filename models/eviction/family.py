@@ -11,7 +11,7 @@ from models.eviction.attention import attention_tables, token_groups_np
 from models.eviction.state import (EvictAcc, EvictInputs, EvictOptions, EvictPolicy,
                                    EvictRecord, EvictSlots, EvictState, N_GROUPS)
 from models.eviction.step import budget_tokens, step as _step
-from models.family import Inputs, Metric, SimOptions
+from models.family import HeadQueueFamily, Inputs, Metric, SimOptions
 from models.outcomes import CORE_METRICS, core_metrics
 from models.server import hist_quantile, init_acc, init_record
 
@@ -47,7 +47,7 @@ def prompt_tables(prompt, cum_p, cum_conf, window: int):
     return counts.reshape(n, N_GROUPS).astype(np.float32), ring
 
 
-class _Eviction:
+class _Eviction(HeadQueueFamily):
     name = "eviction"
     metrics_spec = {
         **CORE_METRICS,
@@ -113,16 +113,6 @@ class _Eviction:
     def step(self, state, inputs: Inputs, params, *, hw, t, opts: SimOptions):
         return _step(state, inputs, hw, params, t, _policy(opts.system), opts.family,
                      log=opts.work_log)
-
-    def sink(self, opts: SimOptions):
-        return None
-
-    def end_block(self, state, inputs: Inputs, params, *, t, opts: SimOptions):
-        return state
-
-    def done(self, state, inputs: Inputs):
-        n_valid = jnp.sum(inputs.wl.valid)
-        return (state.head >= n_valid) & ~jnp.any(state.slots.status > 0)
 
     def metrics(self, state, inputs: Inputs) -> dict:
         acc, cfg = state.acc, inputs.cfg
