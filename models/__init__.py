@@ -2,7 +2,7 @@
 
 The core (``family``, ``simulate``, ``server``, ``outcomes``, ``registry``, ``domains``,
 ``relax``, ``workload``) runs any registered family; each family is one sub-package
-(``models.bucketed``, ``models.elastic``, ``models.eviction``) that registers itself and its systems when
+(``models.bucketed``, ``models.elastic``, ``models.eviction``, ``models.dropping``) that registers itself and its systems when
 imported here.
 """
 
@@ -20,6 +20,7 @@ from models.workload import Workload, make_workload
 from models import bucketed  # noqa: E402,F401  (registers the bucketed family)
 from models import elastic  # noqa: E402,F401  (registers the elastic family)
 from models import eviction  # noqa: E402,F401  (registers the eviction family)
+from models import dropping  # noqa: E402,F401  (registers the parameter-dropping family)
 
 __all__ = [
     "DOMAINS", "Domain", "Family", "Inputs", "IterLog", "Metric", "ParamSpec", "ServerConfig",

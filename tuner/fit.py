@@ -3,7 +3,8 @@
 The slice of the trace (default: all of it) is split into ``2 * --windows`` windows
 spread over it: the fit trains on every other one, then validates tuned, default and
 every baseline of the system in exact mode on the windows in between under held-out
-seeds, and on the whole slice. The default objective is goodput (``tuner.capacity``).
+seeds, and on the whole slice. The default objective is goodput (``tuner.capacity``), or the
+family's own ``default_objective`` (the dropping family: p99 TTFT under a TPOT SLO).
 The policy file is written only when no baseline and not the default is better on
 held-out data (exit 3 otherwise, nothing written; ``--export-anyway`` writes it and
 exits 0, the verdict recorded in the file).
@@ -116,6 +117,9 @@ def main(argv=None) -> int:
         from tuner.validation import plan_windows
 
         base = spec_from_args(args, ScenarioSpec())
+        if args.objective in (None, "default"):  # the family's own default, if any
+            from models import family_of
+            args.objective = getattr(family_of(args.system), "default_objective", "default")
         parse_objective(args.objective).check_metrics(args.system)
         win = plan_windows(base, args.windows, args.window_requests)
         # the SLOs of the whole slice hold for every window and held-out seed
