@@ -59,6 +59,7 @@ import time  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from experiments.fingerprint import source_fingerprint  # noqa: E402
 from tuner.atomic import plain, savefig_atomic, write_json_atomic, write_text_atomic  # noqa: E402
 
 __all__ = ["CLAIMS", "FULL", "PAPER", "QUICK", "SYSTEMS", "claims", "load_tuned", "main",
@@ -864,23 +865,6 @@ def _consistency_text(res: dict) -> list[str]:
 
 
 # --------------------------------------------------------------------------- run
-def _source_fingerprint() -> dict:
-    """sha256 of the simulator's family sources and semantics (others edit them: the
-    run's results belong to this version)."""
-    import hashlib
-
-    root = Path(__file__).resolve().parents[1]
-    files = sorted((root / "models" / "eviction").glob("*.py")) + [
-        root / "docs" / "tokenpd-semantics.md"]
-    h = hashlib.sha256()
-    for f in files:
-        if f.is_file():
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
-    return {"files": [str(f.relative_to(root)) for f in files],
-            "sha256": h.hexdigest()[:16]}
-
-
 def _setup(quick: bool, cfg: dict, tuned: dict | None) -> dict:
     from models import get_system
 
@@ -935,7 +919,7 @@ def _setup(quick: bool, cfg: dict, tuned: dict | None) -> dict:
                          f"value; <= 0.5 + {SLOPE_TOL} supports O(sqrt T), >= "
                          f"{LINEAR_SLOPE} is linear growth"),
         "mode": "exact (T = 0, deterministic per seed)", "quick": quick,
-        "simulator_source": _source_fingerprint(),
+        "simulator_source": source_fingerprint("eviction", "tokenpd-semantics.md"),
         "configuration": cfg,
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 

@@ -212,3 +212,15 @@ def test_missing_deployment_is_one_clear_error():
     opts = make_options("kunserve", n_instances=2)
     with pytest.raises(ValueError, match="needs the deployment"):
         make_inputs(_burst(), _cfg(), opts)
+
+
+def test_percentiles_without_a_record_are_exact():
+    """Without the per-request record the family still reports exact TTFT/TPOT
+    percentiles (from the request times its state keeps), equal to the record's."""
+    out = []
+    for record in (True, False):
+        inputs, params, opts = _setup("kunserve", n_inst=2, record=record)
+        st = simulate_until_done(inputs, HW, params, opts)
+        out.append({k: float(v) for k, v in metrics(st, inputs, opts).items()})
+    for k in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s"):
+        assert np.isfinite(out[0][k]) and abs(out[0][k] - out[1][k]) <= 1e-5 * out[0][k], k

@@ -130,6 +130,7 @@ CASES = [
 ]
 
 
+@pytest.mark.needs_traces("azure-llm-2023-conv.csv", "mooncake-conversation.jsonl")
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[1][:6]}-{c[7]}" for c in CASES])
 def test_rounds_equal_the_reference(case):
     system, trace, start, n, squeeze, n_inst, steps, fam = case

@@ -210,6 +210,9 @@ def main(argv=None) -> int:
             base = ScenarioSpec.from_dict(pol["scenario"])
         if not system:
             raise ValueError("give --system or --policy")
+        if not args.policy:  # the family's own default objective, if it declares one
+            from models import family_of
+            objective = getattr(family_of(system), "default_objective", objective)
         params.update(dict(parse_param(p) for p in args.param))
         temp = 0.0
         if args.mode == "relaxed":

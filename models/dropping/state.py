@@ -79,6 +79,7 @@ class Requests:
     weight: jax.Array   # [R] float32 admission weight (1 exact; soft gate relaxed)
     t_admit: jax.Array  # [R] float32 first admission (NaN before)
     t_first: jax.Array  # [R] float32 first token (NaN before)
+    t_done: jax.Array   # [R] float32 finish (NaN before): exact latency percentiles
     mig_to: jax.Array   # [R] int32 destination gid of a live migration, -1 none
     mig_end: jax.Array  # [R] float32 when the migration lands
     mig_kv: jax.Array   # [R] float32 tokens reserved at the destination

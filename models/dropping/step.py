@@ -232,7 +232,8 @@ def step(state: DropState, inputs, hw, params, t, pol: DropPolicy, opts):
                                t_first=jnp.where(jnp.isnan(r.t_first), t1, r.t_first),
                                arrival=wl.arrival_s)
     acc, fin_out = finish_outcomes(acc, sl, fin, t1, t, cfg, hw)
-    r = r.replace(status=jnp.where(fin, 3, r.status), kv=jnp.where(fin, 0.0, r.kv))
+    r = r.replace(status=jnp.where(fin, 3, r.status), kv=jnp.where(fin, 0.0, r.kv),
+                  t_done=jnp.where(fin, t1, r.t_done))
     s = s.replace(req=r)
     if pol.migrate:
         s = _cancel(s, fin)
