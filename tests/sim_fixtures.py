@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -19,6 +20,17 @@ DEP = hardware.make_deployment("mlu370-x4", "deepseek-r1-distill-qwen-7b", tp=1)
 HW = hardware.roofline_params(DEP)
 HW32 = type(HW)(*[np.float32(x) for x in HW])
 KVB = float(DEP.kv_bytes_per_token_per_device)
+# hardware.iteration_time compiled once, HW32 passed as an argument as the simulator
+# passes its roofline parameters: the NumPy references call it once per iteration, and
+# evaluated op by op (eager jnp) each call cost ~1 ms, most of a reference run
+_ITERATION_TIME = jax.jit(hardware.iteration_time)
+
+
+def step_time(prefill, decode, ctx, chunk, copy_bytes, pairs):
+    """The references' float32 iteration time (seconds, a 0-d array) of the roofline."""
+    f = np.float32
+    return _ITERATION_TIME(HW32, f(prefill), f(decode), f(ctx), f(chunk), f(copy_bytes),
+                           prefill_ctx_tokens=f(pairs))
 
 
 def trace_workload(name: str, start: int, n: int, *, max_len: int, seed: int = 0,
@@ -66,11 +78,6 @@ def run_jax(wl, cfg, kind, params, record=True, t=0.0, **family):
 
 
 def run_reference(wl, cfg, kind, params, **family):
-    def it(p, d, c, k, cb, pairs):
-        f = np.float32
-        return hardware.iteration_time(HW32, f(p), f(d), f(c), f(k), f(cb),
-                                       prefill_ctx_tokens=f(pairs))
-
     opts = opts_for(kind, **family)
     return simulate_reference(
         np.asarray(wl.arrival_s), np.asarray(wl.prompt_tokens),
@@ -79,7 +86,7 @@ def run_reference(wl, cfg, kind, params, **family):
         params={k: np.asarray(v).tolist() for k, v in params.items()},
         n_slots=cfg.n_slots, capacity=float(cfg.capacity_tokens),
         max_batch=int(cfg.max_batch), max_prefill=float(cfg.max_prefill),
-        admit_window=cfg.admit_window, max_len=cfg.max_len, iteration_time=it,
+        admit_window=cfg.admit_window, max_len=cfg.max_len, iteration_time=step_time,
         kv_bytes_per_token=KVB, contiguous_chunk_tokens=cfg.max_len,
         window=opts.family.window, refresh_every=opts.family.refresh_every,
         refresh_check=opts.block, watermark=float(cfg.watermark_tokens),

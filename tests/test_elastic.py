@@ -143,22 +143,34 @@ def test_ellm_offloads_and_fetches_under_pressure_and_inflates():
     assert m["peak_gpu_share"] <= 1.0 + 1e-6
 
 
+@pytest.fixture(scope="module")
+def relaxed_loaded():
+    """The relaxed metrics of the pressured pool as one compiled function of (params,
+    T), shared by the gradient cases (the same code whatever the metric, the argument
+    and the temperature: one compile, not one per case)."""
+    ins, opts = _loaded()
+
+    @jax.jit
+    def run(params, t):
+        st, _ = simulate(ins, HW, params, t, opts, 400)
+        return metrics(st, ins, opts)
+
+    return run
+
+
 @pytest.mark.parametrize("t, metric, arg, rel", [
     (2.0, "completed", "theta", 0.05),   # admission weights at the theta gate
     (2.0, "tps", "theta", 0.1),
     (0.1, "offloads", "a", 0.2),         # Algorithm 2's soft buffer -> the offload gate
 ])
-def test_relaxed_gradient_matches_finite_differences(t, metric, arg, rel):
+def test_relaxed_gradient_matches_finite_differences(t, metric, arg, rel, relaxed_loaded):
     """Autodiff of a relaxed metric equals a central finite difference of the same
     relaxed function, and is not zero (the relaxed path is smooth in theta and a)."""
-    ins, opts = _loaded()
     base = _params("ellm", theta=0.02 if arg == "theta" else 0.01)
     h = {"theta": 1e-3, "a": 2e-2}[arg]
 
-    @jax.jit
     def f(x):
-        st, _ = simulate(ins, HW, dict(base, **{arg: x}), jnp.float32(t), opts, 400)
-        return metrics(st, ins, opts)[metric]
+        return relaxed_loaded(dict(base, **{arg: x}), jnp.float32(t))[metric]
 
     g = float(jax.grad(f)(base[arg]))
     fd = (float(f(base[arg] + h)) - float(f(base[arg] - h))) / (2 * h)

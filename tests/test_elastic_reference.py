@@ -7,12 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import hardware
 from models import get_system, make_inputs, make_options, metrics, simulate_until_done
 from models.elastic.family import POLICIES
 from models.elastic.step import memory
 from tests.reference_elastic import simulate_reference
-from tests.sim_fixtures import DEP, HW, HW32, KVB, config, trace_workload
+from tests.sim_fixtures import DEP, HW, KVB, config, step_time, trace_workload
 
 # system, trace, start, n, capacity (tokens), server, params, family options, what the
 # case must exercise (checked, so that a case cannot silently stop covering it)
@@ -35,11 +34,6 @@ def _run(system, wl, cfg, params, family):
     st = simulate_until_done(inputs, HW, p, opts, chunk_blocks=32)
     mem = memory(inputs.extra, cfg, p, POLICIES[system])
 
-    def it(pre, dec, ctx, chunk, copy, pairs):
-        f = np.float32
-        return hardware.iteration_time(HW32, f(pre), f(dec), f(ctx), f(chunk), f(copy),
-                                       prefill_ctx_tokens=f(pairs))
-
     ref = simulate_reference(
         np.asarray(wl.arrival_s), np.asarray(wl.prompt_tokens),
         np.asarray(wl.output_tokens), np.asarray(wl.valid), system=system,
@@ -49,8 +43,8 @@ def _run(system, wl, cfg, params, family):
         chunk_tokens=int(inputs.extra.chunk),
         act_coef=tuple(float(x) for x in np.asarray(inputs.extra.coef)),
         watermark_tokens=float(cfg.watermark_tokens), ttft_slo_s=float(cfg.ttft_slo_s),
-        tpot_slo_s=float(cfg.tpot_slo_s), iteration_time=it, kv_bytes_per_token=KVB,
-        host_link_bw=float(HW.host_link_bw))
+        tpot_slo_s=float(cfg.tpot_slo_s), iteration_time=step_time,
+        kv_bytes_per_token=KVB, host_link_bw=float(HW.host_link_bw))
     return st, {k: float(v) for k, v in metrics(st, inputs, opts).items()}, ref
 
 

@@ -12,8 +12,10 @@ from tuner.scenario import ScenarioSpec
 
 SPEC = ScenarioSpec(n_requests=100, n_slots=32, max_batch=32)
 # checkpoint mechanics do not depend on the objective: the ODMA papers' target needs
-# no rate ladder, so these fits are quick (the goodput fit runs in the CLI tests)
-SETTINGS = FitSettings(budget=4, crn=1, check_every=2, checkpoint_every=1, explore=2,
+# no rate ladder, so these fits are quick (the goodput fit runs in the CLI tests).
+# A Problem compiles once per batch size (the suite's cost is XLA compiles): explore=6
+# makes the exploration batch (1 + 6) the size of the forward difference below.
+SETTINGS = FitSettings(budget=4, crn=1, check_every=2, checkpoint_every=1, explore=6,
                        temperatures=(0.3, 0.03), objective="tps_mig")
 
 

@@ -60,30 +60,54 @@ def test_exact_run_keeps_memory_and_accounts_for_every_request(system, seed):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.fixture(scope="module")
+def relaxed_runs():
+    """Per system, a compiled fixed-length run ``run(t) -> (metrics, used tokens per
+    iteration)`` over the exact run's horizon (record off), shared by the memory and the
+    convergence tests: one compile per system instead of one per test. The horizon is
+    the iteration count of the exact-test run (record on: the same iterations, and the
+    code ``test_exact_run_keeps_memory_and_accounts_for_every_request`` compiled)."""
+    cache = {}
+
+    def get(system):
+        if system not in cache:
+            inputs, params, opts = _setup(system, record=False)
+            r_inputs, _, r_opts = _setup(system)
+            steps = int(simulate_until_done(r_inputs, HW, params, r_opts,
+                                            chunk_blocks=16).it)
+
+            @jax.jit
+            def run(t):
+                st, used = simulate(inputs, HW, params, t, opts, steps)[:2]
+                return metrics(st, inputs, opts), used
+
+            cache[system] = (run, inputs, params, opts)
+        return cache[system]
+
+    yield get
+    cache.clear()
+
+
 @pytest.mark.parametrize("system", SYSTEMS)
-def test_memory_per_iteration_within_capacity(system):
-    inputs, params, opts = _setup(system, record=False)
-    _, used = jax.jit(lambda p: simulate(inputs, HW, p, 0.0, opts, 800))(params)
+def test_memory_per_iteration_within_capacity(system, relaxed_runs):
+    """Exact mode, every iteration of the whole run (until every request finished or
+    was dropped): memory never negative nor over the family's limit."""
+    run, inputs, params, opts = relaxed_runs(system)
+    m, used = run(jnp.float32(0.0))
+    assert float(m["completed"]) + float(m["dropped"]) == N  # the horizon: whole run
     used = np.asarray(used)
     limit = _limit(inputs, params, opts)
     assert used.min() >= 0.0 and used.max() <= limit, (used.min(), used.max(), limit)
 
 
 @pytest.mark.parametrize("system", SYSTEMS)
-def test_relaxed_converges_to_exact(system):
-    inputs, params, opts = _setup(system, record=False)
-    steps = int(simulate_until_done(inputs, HW, params, opts, chunk_blocks=16).it)
-
-    @jax.jit
-    def run(t):
-        st, _ = simulate(inputs, HW, params, t, opts, steps)
-        return metrics(st, inputs, opts)
-
-    exact = run(jnp.float32(0.0))
+def test_relaxed_converges_to_exact(system, relaxed_runs):
+    run, _, _, _ = relaxed_runs(system)
+    exact = run(jnp.float32(0.0))[0]
     assert float(exact["completed"]) + float(exact["dropped"]) == N
     errs = []
     for t in (0.3, 0.003, 0.0001):
-        m = run(jnp.float32(t))
+        m = run(jnp.float32(t))[0]
         errs.append(max(abs(float(m[k]) - float(exact[k])) / max(abs(float(exact[k])), 1e-9)
                         for k in ("tps", "completed", "peak_kv_tokens")))
     assert errs[-1] < 1e-3 and errs[-1] <= errs[0], errs

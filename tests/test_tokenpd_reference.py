@@ -10,11 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import hardware
 from models import get_system, make_inputs, make_options
 from models.family import family_of
 from tests.reference_tokenpd import simulate_reference
-from tests.sim_fixtures import HW, HW32, config, trace_workload
+from tests.sim_fixtures import HW, config, step_time, trace_workload
 
 W = 16
 # system, trace, start, n, capacity, params, what the case must exercise
@@ -66,9 +65,7 @@ def test_histogram_state_equals_token_level_reference(case):
     stepf = jax.jit(lambda st: fam.step(st, inputs, p, hw=HW, t=0.0, opts=opts)[0])
 
     def it(pre, dec, ctx, chunk, pairs):
-        f = np.float32
-        return hardware.iteration_time(HW32, f(pre), f(dec), f(ctx), f(chunk), f(0.0),
-                                       prefill_ctx_tokens=f(pairs))
+        return step_time(pre, dec, ctx, chunk, 0.0, pairs)
 
     ref = simulate_reference(
         np.asarray(wl.arrival_s), np.asarray(wl.prompt_tokens),
