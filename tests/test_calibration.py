@@ -153,11 +153,14 @@ def test_cli_bad_result_files_exit_2_naming_the_field(tmp_path, capsys, over, fi
 
 
 def test_cli_zero_outputs_dropped_with_a_warning(tmp_path, capsys):
-    run = _bench(tmp_path, output_lens=[20, 0, 40, 10])
+    # five requests, one dropped: the four left have the shapes the run above compiled
+    run = _bench(tmp_path, input_lens=[100, 200, 300, 50, 80],
+                 output_lens=[20, 0, 40, 10, 30], ttfts=[0.03, 0.04, 0.05, 0.02, 0.03],
+                 request_timestamps=[0.0, 0.5, 1.0, 1.5, 2.0])
     rc = calibrate_main(["--no-fit", "--measured", str(run), "--hardware", "a100-80gb",
                          "--model", "llama-3-8b", "--json"])
     assert rc == 0
-    assert "1 of 4" in capsys.readouterr().err
+    assert "1 of 5" in capsys.readouterr().err
 
 
 def test_cli_bad_arguments_exit_2(tmp_path, capsys):

@@ -72,8 +72,13 @@ def test_fixture_sweeps(tmp_path):
     assert len(rows) == 3 and tps[0] < tps[1] < tps[2]
 
 
-@pytest.mark.parametrize("system", ["toy", "odma"])
+@pytest.mark.parametrize("system", ["toy", pytest.param("odma", marks=pytest.mark.slow)])
 def test_one_compile_per_system_and_shapes(system):
+    """Every entry point compiles once for equal shapes and settings. The odma case is
+    slow (five compiles of a real family, ~45 s): in the default run
+    test_one_compile_per_system_and_shapes[toy] checks every entry point's reuse and
+    test_a_real_familys_static_arguments_compile_once checks odma's (its options and
+    its Space, the static arguments every entry point is keyed on)."""
     sc = build_scenario(SMALL.replace(n_requests=72))  # shapes no other test compiles
     obj = parse_objective("tps")
     spec = get_system(system)
@@ -90,6 +95,30 @@ def test_one_compile_per_system_and_shapes(system):
     where = {k[0] for k in traces}
     assert where == {"simulate_until_done", "Problem.value", "Problem.grad",
                      "Problem.batch", "sweep"}
+    assert max(traces.values()) == 1
+
+
+def test_a_real_familys_static_arguments_compile_once():
+    """odma (family options, a vector parameter): rebuilt, its run options and its
+    Space compare equal and hash alike, so the jitted entry points keyed on them (with
+    the shapes) reuse their code; end to end through evaluate and Problem.value, each
+    compiled once in two rounds. (Problem.grad, Problem.batch and the sweep key on
+    the same static arguments: every entry point's reuse is checked on the fixture
+    family by test_one_compile_per_system_and_shapes[toy].)"""
+    sc = build_scenario(SMALL.replace(n_requests=68))  # shapes no other test compiles
+    obj = parse_objective("tps")
+    spec = get_system("odma")
+    spaces = [Space(spec, spec.default_params(sc.cfg.max_len)) for _ in range(2)]
+    assert spaces[0] == spaces[1] and hash(spaces[0]) == hash(spaces[1])
+    opts = [build_scenario(SMALL.replace(n_requests=68)).options("odma") for _ in range(2)]
+    assert opts[0] == opts[1] and hash(opts[0]) == hash(opts[1])
+    assert opts[0].family is not None  # options of its own (window, refresh_every)
+    with trace_guard(1) as traces:
+        for space in spaces:
+            evaluate(sc, "odma", objective="tps")
+            prob = Problem([sc], "odma", space, obj, 64)
+            prob.value(prob.space.to_theta(prob.space.base))
+    assert {k[0] for k in traces} == {"simulate_until_done", "Problem.value"}
     assert max(traces.values()) == 1
 
 
