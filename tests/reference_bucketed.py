@@ -78,7 +78,9 @@ should be aligned with these.
 11. Reservations. s3 bounds and odma quantile bounds are used as they are (no clipping to
     max_len). s3 compares ``np.float32(b_j) >= np.float32(pred)``; odma computes
     ``e = pred * (1 + gamma*u)`` in float32 and compares ``u > tau`` and
-    ``np.float32(b_j) >= e`` in float32. Paged admission: ``r = ceil((prompt+1)/k)*k -
+    ``np.float32(b_j) >= e`` in float32. odma-pb: odma with a gamma per bucket,
+    ``gamma[k]`` for the first bound ``k`` (in level order) with ``np.float32(b_k) >=
+    pred`` (the last gamma when none fits). Paged admission: ``r = ceil((prompt+1)/k)*k -
     prompt``.
 12. Pools. odma large pool size is ``floor(large_share * C)`` computed in float64 Python
     (``math.floor(float(large_share) * C)``); normal is the rest. Other systems: one pool
@@ -214,8 +216,10 @@ def simulate_reference(arrival, prompt, output, pred, u, valid, *, kind, params,
                        prior_lengths=None, window=10000, refresh_every=1000,
                        refresh_check=16, max_iters=100000, watermark=0,
                        chunked=False, large_borrow=False) -> dict:
-    if kind not in ("static", "paged", "s3", "odma"):
+    if kind not in ("static", "paged", "s3", "odma", "odma-pb"):
         raise ValueError(f"unknown kind {kind!r}")
+    per_bucket = kind == "odma-pb"  # odma with gamma[k], k = the raw prediction's bucket
+    kind = "odma" if per_bucket else kind
     arrival = np.asarray(arrival, dtype=np.float32)
     prompt = np.asarray(prompt).astype(np.int64)
     output = np.asarray(output).astype(np.int64)
@@ -232,7 +236,7 @@ def simulate_reference(arrival, prompt, output, pred, u, valid, *, kind, params,
     s3_bounds = [int(b) for b in params["bounds"]] if kind == "s3" else None
     if kind == "odma":
         levels = [float(p) for p in params["levels"]]
-        gamma = np.float32(params["gamma"])
+        gamma = np.asarray(params["gamma"], np.float32)
         tau = np.float32(params["tau"])
         large_size = int(math.floor(float(params["large_share"]) * C))
         pool_size = [C - large_size, large_size]
@@ -260,7 +264,11 @@ def simulate_reference(arrival, prompt, output, pred, u, valid, *, kind, params,
         # odma
         if u[i] > tau:
             return max_len, LARGE
-        e = np.float32(pred[i] * (np.float32(1.0) + gamma * u[i]))
+        g = gamma
+        if per_bucket:  # the raw prediction's bucket index in the sorted bounds
+            fit = [j for j, b in enumerate(odma_bounds) if np.float32(b) >= pred[i]]
+            g = gamma[fit[0] if fit else len(gamma) - 1]
+        e = np.float32(pred[i] * (np.float32(1.0) + g * u[i]))
         fitting = [b for b in odma_bounds if np.float32(b) >= e]
         if fitting:
             return min(fitting), NORMAL

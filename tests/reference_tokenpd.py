@@ -1,5 +1,5 @@
 """Independent NumPy token-level reference of the priced-eviction family (``no-evict``,
-``fifo``, ``lru``, ``h2o``, ``token-pd``).
+``fifo``, ``lru``, ``h2o``, ``token-pd``, ``token-pd-tiers``).
 
 This file implements ``docs/tokenpd-semantics.md`` (exact mode, T = 0) literally: every
 token of every stream is kept individually (position, true class ``k``, predicted class
@@ -132,6 +132,14 @@ should be aligned with these.
    ``O == 1``).
 15. Termination. The loop ends when every valid request finished or was dropped, or
    after ``max_iters`` passes.
+16. token-pd-tiers (the spec's section "Per-tier Token-PD"). ``params`` ``eta``, ``lam``,
+   ``mu_0``, ``delta`` are sequences of 4 (``budget`` a scalar); ``tier_bounds`` (three
+   ascending ints) is required. A stream's tier = ``#{b <= P}`` over the bounds (its
+   request's prompt, so a preempted stream keeps it). Each tier has a float32 price
+   ``mu_k`` (start ``f32(mu_0[k])``); everything in 1, 11 and 13 is done per token with
+   its stream's tier's ``lam``, ``delta`` and ``mu_k`` (``thr = delta[k] * mu_k``
+   float64), and the price update of 1 runs for each tier with its own ``eta[k]`` and
+   the shared ``K``. token-pd is this with one tier.
 
 Result
 ------
@@ -140,7 +148,8 @@ A dict. Per request (arrays over the input rows): ``admit_iter``, ``finish_iter`
 ``dropped`` (bool). Totals: ``completed``, ``n_dropped``, ``unserved``, ``preemptions``,
 ``restored``, ``lost``, ``queries``, ``regret``, ``violation_pos``,
 ``violation_signed``, ``peak_kept``, ``iterations`` (passes with work),
-``loop_iterations``, ``clock``, ``mu`` (final, None unless token-pd), ``mu_trace`` (per
+``loop_iterations``, ``clock``, ``mu`` (final, None unless token-pd; token-pd-tiers: a
+list of the 4 tier prices, also in ``mu_trace`` and the snapshots), ``mu_trace`` (per
 pass), ``M``, ``step_calls`` (the argument tuples passed to ``step_time``) and
 ``snapshots`` (None unless ``snapshots=True``): one dict per loop pass with ``it``,
 ``kind`` ("prefill" | "decode" | "idle"), ``clock`` (after the pass), ``mu`` (after the
@@ -172,7 +181,8 @@ G = NK * NK        # groups gid = k * NK + k_hat
 KV_CHUNK = 16
 F32 = np.float32
 FLUID_TOL = 1e-6   # Interpretation 8
-SYSTEMS = ("no-evict", "fifo", "lru", "h2o", "token-pd")
+SYSTEMS = ("no-evict", "fifo", "lru", "h2o", "token-pd", "token-pd-tiers")
+N_TIERS = 4        # token-pd-tiers (Interpretation 16)
 
 
 # ---- the attention model -------------------------------------------------------------
@@ -318,7 +328,7 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
                        max_batch, max_prefill, capacity, watermark, step_time,
                        window=32, recency=0.3, retained=0.9, predictor_sigma=1.0,
                        max_iters=100000, request_overhead_s=0.0, snapshots=False,
-                       tables=None, classes=None) -> dict:
+                       tables=None, classes=None, tier_bounds=None) -> dict:
     if system not in SYSTEMS:
         raise ValueError(f"unknown system {system!r}")
     if float(watermark) < 0:
@@ -348,17 +358,39 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
             return np.asarray(k, dtype=np.int64), np.asarray(kh, dtype=np.int64)
         return token_classes(req, pos, tab.cum_p, tab.cum_conf)
 
-    tpd = system == "token-pd"
+    tiers = system == "token-pd-tiers"
+    tpd = system in ("token-pd", "token-pd-tiers")
     budget = float(params["budget"]) if tpd else float(params.get("budget", 0.5))
     M32 = F32(F32(budget) * F32(C))
     M = float(M32)
+    # Token-PD's values per tier (Interpretation 16; token-pd: one tier)
+    n_tiers = N_TIERS if tiers else 1
     if tpd:
-        eta32 = F32(params["eta"])
-        lam = float(params["lam"])
-        delta = float(params["delta"])
-        mu = F32(params["mu_0"])
+        def per_tier(name):
+            v = np.asarray(params[name], dtype=np.float64).reshape(-1)
+            if v.size != n_tiers:
+                raise ValueError(f"{system}: {name} needs {n_tiers} value(s), got {v.size}")
+            return [float(x) for x in v]
+
+        eta32 = [F32(x) for x in per_tier("eta")]
+        lam = per_tier("lam")
+        delta = per_tier("delta")
+        mu = [F32(x) for x in per_tier("mu_0")]
     else:
         mu = None
+    bounds: list[int] = []
+    if tiers:
+        if tier_bounds is None or len(tier_bounds) != N_TIERS - 1:
+            raise ValueError("token-pd-tiers needs tier_bounds: 3 ascending prompt lengths")
+        bounds = [int(b) for b in tier_bounds]
+
+    def tier_of(st) -> int:
+        return sum(1 for b in bounds if b <= int(prompt[st.req])) if tiers else 0
+
+    def mu_out():
+        if mu is None:
+            return None
+        return [float(x) for x in mu] if tiers else float(mu[0])
     if system == "h2o":
         h2o_k = int(params["k"])
         h2o_r = int(params["r"])
@@ -562,15 +594,17 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
                     st.kept[elig[order_idx[:excess]]] = 0.0
             growth = preempt_latest_while_over(decoders)
 
-        else:  # token-pd
-            mu64 = float(mu)
-            thr = delta * mu64
+        else:  # token-pd, token-pd-tiers
             heap_g, heap_flat, heap_pos, heap_slot = [], [], [], []
             g_of = {}
             was = {}
+            thr = {}
             for s in active:  # (a) evict every kept token with g < 0
                 st = slots[s]
-                g = tokenpd_excess(st.kh, W, w_r, m_tab, v_tab, lam, mu64)
+                k_t = tier_of(st)
+                mu64 = float(mu[k_t])
+                thr[s] = delta[k_t] * mu64
+                g = tokenpd_excess(st.kh, W, w_r, m_tab, v_tab, lam[k_t], mu64)
                 g_of[s] = g
                 was[s] = st.kept > 0.0
                 st.kept[was[s] & (g < 0.0)] = 0.0
@@ -605,7 +639,7 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
             for s in active:
                 st = slots[s]
                 pos, flat = units(s)
-                sel = (~was[s]) & (g_of[s] >= thr) & (st.kept == 0.0)
+                sel = (~was[s]) & (g_of[s] >= thr[s]) & (st.kept == 0.0)
                 cg.append(g_of[s][sel])
                 cf.append(flat[sel])
                 cp.append(pos[sel])
@@ -700,13 +734,14 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
 
         # ---- 7. price ----------------------------------------------------------------
         if tpd and work:
-            z = F32(F32(eta32 * F32(F32(K) - M32)) / M32)
-            mu = F32(mu * F32(np.exp(z)))
-        mu_trace.append(None if mu is None else float(mu))
+            for k_t in range(n_tiers):
+                z = F32(F32(eta32[k_t] * F32(F32(K) - M32)) / M32)
+                mu[k_t] = F32(mu[k_t] * F32(np.exp(z)))
+        mu_trace.append(mu_out())
 
         if snapshots:
             snaps.append({"it": it, "kind": kind, "clock": float(t),
-                          "mu": None if mu is None else float(mu), "K": K,
+                          "mu": mu_out(), "K": K,
                           "growth": growth, "lost": lost_it, "U": U_it,
                           "U_star": Ustar_it, "restored": restored_now,
                           "admitted": admitted_reqs,
@@ -747,7 +782,7 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
         "iterations": int(iterations),
         "loop_iterations": int(it),
         "clock": float(t),
-        "mu": None if mu is None else float(mu),
+        "mu": mu_out(),
         "mu_trace": mu_trace,
         "M": M,
         "step_calls": step_calls,

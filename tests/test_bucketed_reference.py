@@ -17,11 +17,13 @@ CASES = [
     ("odma", "mooncake-conversation.jsonl", 100, 120, 60000, {"large_share": 0.25,
                                                              "tau": 0.7}),
     ("paged", "mooncake-conversation.jsonl", 100, 120, 50000, {"block_size": 32}),
+    ("odma-pb", "azure-llm-2023-conv.csv", 3000, 200, 30000,
+     {"gamma": np.linspace(0.0, 1.5, 16), "tau": 0.7, "large_share": 0.2}),
 ]
 # server settings per case: vLLM v0 scheduler with the 1% watermark, chunked prefill
 SERVER = [{}, {"watermark": 200.0}, {"chunked": True}, {}, {"chunked": True},
-          {"watermark": 500.0, "chunked": True, "max_prefill": 512.0}]
-FAMILY = [{}, {}, {}, {"large_borrow": False}, {}, {}]  # odma borrows by default
+          {"watermark": 500.0, "chunked": True, "max_prefill": 512.0}, {}]
+FAMILY = [{}, {}, {}, {"large_borrow": False}, {}, {}, {}]  # odma borrows by default
 
 
 def _compare(wl, cfg, kind, params, **family):
@@ -95,3 +97,23 @@ def test_properties_and_parity_on_random_workloads(case):
     assert m["unserved"] == m["dropped"]  # runs to completion: only drops go unserved
     _, again = run_jax(wl, cfg, kind, params, **family)
     np.testing.assert_equal(again, m)
+
+
+@pytest.mark.needs_traces("azure-llm-2023-conv.csv")
+def test_odma_pb_with_equal_gammas_is_odma_with_its_levels():
+    """(The shapes and settings of the odma-pb case above: its compiled code is reused.)"""
+    from models import get_system
+
+    wl = trace_workload("azure-llm-2023-conv.csv", 3000, 200, max_len=1024, pad_to=256)
+    cfg = config(30000)
+    levels = get_system("odma-pb").default_params(1024)["levels"]
+    pb = params_for("odma-pb", 1024, gamma=np.full(16, 0.7), tau=0.6)
+    od = params_for("odma", 1024, levels=levels, gamma=0.7, tau=0.6)
+    _, m_pb = run_jax(wl, cfg, "odma-pb", pb)
+    _, m_od = run_jax(wl, cfg, "odma", od)
+    assert m_pb == m_od
+    assert m_od["migrations"] > 0  # the bounds bind: the comparison is not vacuous
+    # a gamma per bucket is a different policy
+    _, m_var = run_jax(wl, cfg, "odma-pb",
+                       params_for("odma-pb", 1024, gamma=np.linspace(0, 3, 16), tau=0.6))
+    assert m_var != m_od

@@ -229,3 +229,28 @@ def test_forward_differences_cost_one_evaluation_per_coordinate():
         assert reused[c] == pytest.approx(fwd[c], abs=1e-3 * scale), c
     with pytest.raises(ValueError, match="scheme"):
         prob.fd(theta, coords, scheme="backward")
+
+
+def test_direction_checks_cost_two_evaluations_per_direction_and_keep_relaxed():
+    st = FitSettings(budget=2, crn=1, check_every=2, temperatures=(0.3, 0.03),
+                     objective="tps_mig", checks="directions", check_dirs=3)
+    seen = []
+    res = fit(SPEC, st, log=lambda s: None, grad_cost=5.0,
+              listeners=[lambda c, th, v: seen.append((c, v))])
+    n_coords = len(res.estimators)
+    assert n_coords == 6 and set(res.estimators.values()) == {"relaxed"}
+    # the start, 2 x 3 directions, then one exact check after step 2
+    assert len(seen) == 1 + 2 * 3 + 1
+    assert len(res.checks) == 2 and all(len(c) == 3 for c in res.checks)
+    assert all(c["name"] == "dir" for c in res.checks[0])
+    # gradients (2 temperatures checked + 2 steps) charged at the given ratio
+    assert res.cost == pytest.approx((len(seen) + 5.0 * (2 + 2)) * res.unit)
+    assert res.floor in st.temperatures
+
+
+def test_auto_checks_per_coordinate_for_few_parameters():
+    st = FitSettings(budget=1, crn=1, check_every=1, temperatures=(0.3,),
+                     objective="tps_mig", checks="auto")
+    res = fit(SPEC, st, log=lambda s: None)
+    assert [c["name"] for c in res.checks[0]] != ["dir"] * len(res.checks[0])
+    assert len(res.checks[0]) == 6  # one per coordinate: 6 <= AUTO_COORDS

@@ -472,7 +472,12 @@ def test_drop_rules():
         par = {"k": 4, "r": 2} if system == "h2o" else (
             {"eta": 0.1, "lam": 0.0, "mu_0": 0.0, "delta": 1.0, "budget": 0.5}
             if system == "token-pd" else {})
-        out, _ = run(system, [4, 11, 3], [2, 2, 2], capacity=10, params=par)
+        kw = {}
+        if system == "token-pd-tiers":
+            par = {"eta": [0.1] * 4, "lam": [0.0] * 4, "mu_0": [0.0] * 4,
+                   "delta": [1.0] * 4, "budget": 0.5}
+            kw = {"tier_bounds": (2, 4, 11)}
+        out, _ = run(system, [4, 11, 3], [2, 2, 2], capacity=10, params=par, **kw)
         assert out["dropped"].tolist() == [False, True, False], system
         assert out["admit_iter"].tolist() == [0, -1, 3], system
         assert out["finish_iter"].tolist() == [1, -1, 4], system
@@ -519,7 +524,11 @@ def test_batch_prefill_limits_slots_and_idle_jump():
 SYSTEM_PARAMS = {
     "no-evict": {}, "fifo": {}, "lru": {}, "h2o": {"k": 6, "r": 3},
     "token-pd": {"eta": 0.3, "lam": 1.0, "mu_0": 0.02, "delta": 0.5, "budget": 0.4},
+    "token-pd-tiers": {"eta": [0.3, 0.1, 0.5, 0.2], "lam": [1.0, 0.0, 3.0, 0.5],
+                       "mu_0": [0.02, 0.05, 0.01, 0.03], "delta": [0.5, 1.0, 0.25, 2.0],
+                       "budget": 0.4},
 }
+TIER_BOUNDS = {"token-pd-tiers": {"tier_bounds": (8, 15, 22)}}  # prompts are 3 .. 29
 
 
 @pytest.mark.parametrize("system", R.SYSTEMS)
@@ -536,7 +545,7 @@ def test_invariants_on_a_random_workload_with_the_real_hash(system):
         arrival, prompt, output, valid, system=system, params=SYSTEM_PARAMS[system],
         n_slots=4, max_batch=3, max_prefill=40, capacity=C, watermark=2.0,
         step_time=lambda p, d, c, k, pr: 0.05 + 0.001 * p + 0.01 * d, window=W,
-        snapshots=True)
+        snapshots=True, **TIER_BOUNDS.get(system, {}))
     # every valid request accounted for
     assert out["completed"] + out["n_dropped"] == valid.sum()
     assert not out["dropped"][~valid].any() and out["admit_iter"][4] == -1
@@ -564,7 +573,7 @@ def test_invariants_on_a_random_workload_with_the_real_hash(system):
                 assert all(x == 1.0 for _, _, x in st["ring"])
             if system == "h2o" and st["status"] == 1:
                 assert kept <= 6 + 3
-            if system in ("token-pd", "h2o", "no-evict"):
+            if system in ("token-pd", "token-pd-tiers", "h2o", "no-evict"):
                 assert all(x in (0.0, 1.0) for _, _, x in st["ring"])
                 assert np.all(st["old_x"] == np.round(st["old_x"]))
             if system == "no-evict" and st["status"] == 1:
@@ -575,6 +584,7 @@ def test_invariants_on_a_random_workload_with_the_real_hash(system):
             assert st["old_n"].sum() + len(st["ring"]) == L
     assert queries == out["queries"]
     assert out["peak_kept"] <= C + 1e-6
-    if system == "token-pd":
-        mus = [s["mu"] for s in out["snapshots"] if s["kind"] != "idle"]
-        assert len(set(mus)) > 3
+    if system in ("token-pd", "token-pd-tiers"):
+        mus = [np.atleast_1d(s["mu"]) for s in out["snapshots"] if s["kind"] != "idle"]
+        for k in range(mus[0].size):  # every price (each tier's) moves
+            assert len({float(m[k]) for m in mus}) > 3

@@ -22,6 +22,11 @@ CASES = [
      {"lam": 0.0, "eta": 0.05, "mu_0": 2e-3, "delta": 0.5, "budget": 0.4}, "restored"),
     ("token-pd", "mooncake-conversation.jsonl", 100, 24, 9000,
      {"lam": 0.05, "eta": 0.02, "budget": 0.6}, "heap"),
+    # per-tier values all different (tiers by prompt length: the default tier_bounds)
+    ("token-pd-tiers", "azure-llm-2023-conv.csv", 0, 48, 2500,
+     {"lam": [0.0, 0.05, 0.3, 1.0], "eta": [0.05, 0.02, 0.1, 0.03],
+      "mu_0": [2e-3, 1e-3, 4e-3, 5e-4], "delta": [0.5, 1.0, 0.25, 2.0], "budget": 0.4},
+     "tiers"),
     ("h2o", "azure-llm-2023-conv.csv", 0, 48, 2500, {"k": 64.0, "r": 8.0}, "evicted"),
     ("no-evict", "azure-llm-2023-conv.csv", 0, 48, 2500, {}, "preemptions"),
     ("lru", "azure-llm-2023-conv.csv", 0, 48, 2500, {}, "evicted"),
@@ -57,7 +62,7 @@ def test_histogram_state_equals_token_level_reference(case):
     cfg = config(cap, n_slots=16, admit_window=8, max_len=512, max_prefill=2048.0,
                  watermark=float(np.floor(0.01 * cap)))
     params = get_system(system).default_params(512, HW)
-    params.update({k: np.float32(v) for k, v in over.items()})
+    params.update({k: np.asarray(v, np.float32) for k, v in over.items()})
     opts = make_options(system, block=4, record=True, window=W)
     inputs = make_inputs(wl, cfg, opts)
     fam = family_of(system)
@@ -70,17 +75,19 @@ def test_histogram_state_equals_token_level_reference(case):
     ref = simulate_reference(
         np.asarray(wl.arrival_s), np.asarray(wl.prompt_tokens),
         np.asarray(wl.output_tokens), np.asarray(wl.valid), system=system,
-        params={k: float(np.asarray(v)) for k, v in params.items()},
+        params={k: np.asarray(v, np.float64).tolist() for k, v in params.items()},
         n_slots=cfg.n_slots, max_batch=int(cfg.max_batch),
         max_prefill=float(cfg.max_prefill), capacity=float(cfg.capacity_tokens),
-        watermark=float(cfg.watermark_tokens), step_time=it, window=W, snapshots=True)
+        watermark=float(cfg.watermark_tokens), step_time=it, window=W, snapshots=True,
+        tier_bounds=opts.family.tier_bounds)
     st = fam.init(inputs, p, 0.0, opts)
     tol = 0.05 if system in FLUID else 0.0
     for snap in ref["snapshots"]:
         st = stepf(st)
         assert float(st.clock) == pytest.approx(snap["clock"], rel=1e-6), snap["it"]
-        if system == "token-pd":
-            assert float(st.mu) == pytest.approx(snap["mu"], rel=1e-5), snap["it"]
+        if system.startswith("token-pd"):
+            np.testing.assert_allclose(np.asarray(st.mu), snap["mu"], rtol=1e-5,
+                                       err_msg=f"it {snap['it']}")
         got, want = _jax_view(st.slots, n), _ref_view(snap["after"])
         assert got.keys() == want.keys(), snap["it"]
         for r in want:
@@ -107,4 +114,11 @@ def test_histogram_state_equals_token_level_reference(case):
     assert ref["completed"] + ref["n_dropped"] == n
     counts = {"restored": ref["restored"], "preemptions": ref["preemptions"],
               "evicted": ref["lost"], "heap": float(acc.evicted)}
+    if exercised == "tiers":  # every tier had evicted tokens, and some were restored
+        tier = np.searchsorted(opts.family.tier_bounds, np.asarray(wl.prompt_tokens),
+                               side="right")
+        hit = {int(tier[r]) for snap in ref["snapshots"] for r, v in snap["after"].items()
+               if v["status"] == 1 and v["old_n"].sum() + len(v["ring"]) - v["old_x"].sum()
+               - sum(x for _, _, x in v["ring"]) > 0}
+        counts["tiers"] = float(len(hit) == 4 and ref["restored"] > 0)
     assert counts[exercised] > 0, exercised

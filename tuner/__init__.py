@@ -1,5 +1,6 @@
 """The tuner: workloads and traces, the length predictor, objectives, gradient fitting,
-exact-mode validation, sweeps and config export.
+exact-mode validation, black-box search (Optuna TPE, CMA-ES, random), sweeps and config
+export.
 
 Submodules are imported on demand so that light commands
 (``python -m tuner.workloads.trace``) start without loading JAX. Entry points:
@@ -10,5 +11,5 @@ is simulated (traces, arrivals, presets, predictor, error model); the rest is tu
 
 __all__ = [
     "atomic", "evaluate", "fit", "fitting", "gradcheck", "objectives", "policy", "problem",
-    "scenario", "space", "sweep", "workloads",
+    "scenario", "search", "space", "sweep", "workloads",
 ]

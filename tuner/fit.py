@@ -1,4 +1,10 @@
-"""Tune a memory policy by gradient and export it: ``python -m tuner.fit``.
+"""Tune a memory policy and export it: ``python -m tuner.fit``.
+
+``--method`` picks the tuner: ``gradient`` (default) for many interacting parameters;
+``hybrid`` (the gradient tuner started from the best of ``--explore`` 8 random exact
+samples) when the start point may sit on a plateau; ``tpe``, ``cmaes`` or ``random``
+(black-box search, ``--evals`` exact evaluations, ``tuner.search``) for a handful of
+parameters or a flat or jagged exact objective.
 
 The slice of the trace (default: all of it) is split into ``2 * --windows`` windows
 spread over it: the fit trains on every other one, then validates tuned, default and
@@ -25,16 +31,30 @@ from tqdm import tqdm  # noqa: E402
 
 from tuner.atomic import write_json_atomic  # noqa: E402
 from tuner.evaluate import add_scenario_args, spec_from_args  # noqa: E402
-from tuner.fitting import FitSettings, fit  # noqa: E402
+from tuner.fitting import AUTO_COORDS, CHECKS, FitSettings, fit  # noqa: E402
 from tuner.problem import FD_SCHEMES  # noqa: E402
+from tuner.search import SEARCH_METHODS, check_method, search_fit  # noqa: E402
 
-__all__ = ["main", "check_out"]
+__all__ = ["METHODS", "main", "check_out"]
+
+METHODS = ("gradient", "hybrid", *SEARCH_METHODS)
+HYBRID_EXPLORE = 8  # --explore of --method hybrid unless given
 
 
 def _args(argv):
     d = FitSettings()
-    ap = argparse.ArgumentParser(prog="python -m tuner.fit", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m tuner.fit", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--system", default=d.system)
+    # checked in main (one "error:" line, exit 2), not by argparse's choices
+    ap.add_argument("--method", default="gradient",
+                    metavar="{" + ",".join(METHODS) + "}",
+                    help="gradient (default): many interacting parameters; hybrid: "
+                    f"gradient from the best of --explore ({HYBRID_EXPLORE}) random "
+                    "exact samples; tpe, cmaes, random: black-box search for a handful "
+                    "of parameters or a flat/jagged exact objective")
+    ap.add_argument("--evals", type=int, default=64,
+                    help="exact evaluations of a black-box method (tpe, cmaes, random)")
     ap.add_argument("--objective", default=d.objective,
                     help="preset or spec (default: goodput_rps; e.g. 'tps_mig' = "
                     "'tps,migration_rate<=0.005')")
@@ -42,14 +62,23 @@ def _args(argv):
                     help="train against constraint bounds tightened by this share of "
                     "their slack (0: the bounds as given); held-out validation and the "
                     "verdict use the real bounds")
-    ap.add_argument("--budget", type=int, default=d.budget, help="optimiser steps")
+    ap.add_argument("--budget", type=int, default=d.budget,
+                    help="optimiser steps (gradient, hybrid)")
     ap.add_argument("--lr", type=float, default=d.lr)
     ap.add_argument("--crn", type=int, default=d.crn,
                     help="common-random-number seeds per training window")
-    ap.add_argument("--explore", type=int, default=d.explore,
-                    help="exact random samples that compete with the start point")
+    ap.add_argument("--explore", type=int, default=None,
+                    help="exact random samples that compete with the start point "
+                    f"(default {d.explore}; {HYBRID_EXPLORE} with --method hybrid)")
     ap.add_argument("--check-every", type=int, default=d.check_every,
                     help="steps between exact-mode checks")
+    ap.add_argument("--checks", choices=CHECKS, default=d.checks,
+                    help="gradient checks at the start: per coordinate (2 exact "
+                    "evaluations each, per-coordinate estimators), along --check-dirs "
+                    f"random directions, or auto (coords up to {AUTO_COORDS} "
+                    "parameters)")
+    ap.add_argument("--check-dirs", type=int, default=d.check_dirs,
+                    help="random directions of --checks directions")
     ap.add_argument("--fd-scheme", choices=FD_SCHEMES, default=d.fd_scheme,
                     help="exact finite differences: central (default) or forward (half "
                     "the evaluations, less robust on jagged objectives)")
@@ -107,7 +136,21 @@ def main(argv=None) -> int:
 
     def warn(s):
         print(f"warning: {s}", file=sys.stderr)
+    d = FitSettings()
     try:
+        if args.method not in METHODS:
+            raise ValueError(f"--method {args.method!r}: choose one of "
+                             f"{', '.join(METHODS)}")
+        if args.evals < 1:
+            raise ValueError(f"--evals {args.evals}: must be >= 1")
+        search = args.method in SEARCH_METHODS
+        if search:
+            if args.resume:
+                raise ValueError(f"--resume: --method {args.method} keeps no "
+                                 "checkpoint (only the gradient tuner does)")
+            check_method(args.method, args.evals)  # its package, before any work
+        if args.explore is None:
+            args.explore = HYBRID_EXPLORE if args.method == "hybrid" else d.explore
         ckpt = check_out(out)
         if args.budget < 1:
             raise ValueError("--budget must be >= 1")
@@ -131,24 +174,42 @@ def main(argv=None) -> int:
         st = FitSettings(system=args.system, objective=args.objective, margin=args.margin,
                          budget=args.budget, lr=args.lr, crn=args.crn, explore=args.explore,
                          check_every=args.check_every, fd_scheme=args.fd_scheme,
+                         checks=args.checks, check_dirs=args.check_dirs,
                          holdout_seeds=args.holdout_seeds, seed=base.seed)
         st.check()
-        log(f"fit {args.system} on {base.trace}: {win.note}; SLOs TTFT "
+        log(f"fit {args.system} on {base.trace} ({args.method}): {win.note}; SLOs TTFT "
             f"{slo['ttft_s']:.3g} s, TPOT {slo['tpot_s']:.3g} s ({slo['ttft_source']})")
-        bar = tqdm(total=args.budget, desc="fit", file=sys.stderr, disable=args.quiet)
-        last = {}
+        bar = tqdm(total=args.evals if search else args.budget,
+                   desc=args.method if search else "fit", file=sys.stderr,
+                   disable=args.quiet)
+        bar.refresh()  # shown now, before the problem compiles
+        exact = []  # every exact evaluation of the training problem
 
-        def progress(rec):
-            last.update(rec)
-            post = {"T": f"{rec['temperature']:.3g}", "relaxed": f"{rec['relaxed']:.4g}"}
-            if "exact" in last:
-                post["exact"] = f"{last['exact']:.4g}"
-            bar.set_postfix(post)
-            bar.n = rec["step"]
-            bar.refresh()
+        def count(cost, theta, v):
+            exact.append(v)
+        if search:
+            def progress(n_done, best):
+                bar.set_postfix({"best exact": f"{best:.4g}"})
+                bar.n = n_done
+                bar.refresh()
 
-        res = fit(list(win.train), st, checkpoint=ckpt, resume=args.resume, log=log,
-                  progress=progress, warn=warn)
+            res = search_fit(list(win.train), st, args.method, args.evals, log=log,
+                             progress=progress, listeners=[count], warn=warn)
+        else:
+            last = {}
+
+            def progress(rec):
+                last.update(rec)
+                post = {"T": f"{rec['temperature']:.3g}",
+                        "relaxed": f"{rec['relaxed']:.4g}"}
+                if "exact" in last:
+                    post["exact"] = f"{last['exact']:.4g}"
+                bar.set_postfix(post)
+                bar.n = rec["step"]
+                bar.refresh()
+
+            res = fit(list(win.train), st, checkpoint=ckpt, resume=args.resume, log=log,
+                      progress=progress, listeners=[count], warn=warn)
         bar.close()
         from tuner.validation import validate, verdict
 
@@ -161,13 +222,15 @@ def main(argv=None) -> int:
         mets = validate(args.system, policies, args.objective, win, args.holdout_seeds,
                         log=log)
         ver = verdict(mets, args.objective, baselines)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"objective {parse_objective(args.objective).spec}, held-out mean [95% interval]:")
     print("\n".join(_table(mets, list(policies), args.objective)))
     per = ", ".join(f"{n} {mets[n]['whole_trace']['objective']:.4g}" for n in policies)
     print(f"whole slice ({win.whole.n_requests} requests): {per}")
+    print(f"tuner: {args.method}, {len(exact)} exact evaluations of the training "
+          "problem in this run")
     print("tuned params: " + ", ".join(f"{k}={v}" for k, v in res.params.items()))
     print(f"verdict ({ver['outcome']}): {ver['sentence']}")
     if ver["outcome"] == "loss" and not args.export_anyway:
@@ -186,7 +249,8 @@ def main(argv=None) -> int:
                  "baselines": {b: mets[b] for b in baselines},
                  "baseline": mets[ver["best_baseline"]] if baselines else mets["default"]},
         objective=parse_objective(args.objective).spec,
-        tuner={"settings": st.to_dict(), "estimators": res.estimators,
+        tuner={"method": args.method, "evals": args.evals if search else None,
+               "settings": st.to_dict(), "estimators": res.estimators,
                "temperature_floor": res.floor, "steps": res.steps,
                "train_objective": res.train_objective, "rates_rps": res.rates,
                "simulated_request_iterations": res.cost, "history": res.history,

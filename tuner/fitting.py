@@ -9,6 +9,12 @@ objective while the temperature anneals from the warmest candidate to the floor.
 exact evaluation, finite-difference points included) is the result, and a check worse
 than it by more than ``revert_tol`` restarts Adam from it with half the step size.
 
+With many parameters the per-coordinate checks cost more than the descent (2 exact
+evaluations per coordinate: 68 for odma-pb's 34): ``checks="directions"`` checks the
+relaxed gradient along ``check_dirs`` random directions instead (2 evaluations each),
+picks the floor from them and keeps the relaxed gradient for every coordinate;
+``checks="auto"`` does so above ``AUTO_COORDS`` coordinates.
+
 Finite differences are central by default. ``fd_scheme="forward"`` halves their cost (one
 exact evaluation per coordinate, from the exact value the fit has already measured at
 theta) but sees one side of a kink: on the piecewise-constant exact objectives of short
@@ -32,13 +38,16 @@ from flax import serialization
 from models import get_system, validate_params
 from tuner.atomic import write_bytes_atomic
 from tuner.evaluate import evaluate
-from tuner.gradcheck import check
+from tuner.gradcheck import check, check_directions
 from tuner.problem import FD_SCHEMES, Problem, plan_ladder
 from tuner.objectives import parse_objective
 from tuner.scenario import ScenarioSpec, build_scenario
 from tuner.space import Space
 
-__all__ = ["FitSettings", "FitResult", "build_problem", "fit", "overload"]
+__all__ = ["AUTO_COORDS", "CHECKS", "FitSettings", "FitResult", "build_problem", "fit", "overload"]
+
+CHECKS = ("coords", "directions", "auto")  # FitSettings.checks
+AUTO_COORDS = 8  # checks="auto": per-coordinate checks up to this many coordinates
 
 
 
@@ -54,6 +63,12 @@ class FitSettings:
     fd_step: float = 0.1          # theta-space step of exact finite differences
     fd_scheme: str = "central"    # or forward: one evaluation per coordinate, reusing
                                   # the exact value the fit measured at theta
+    checks: str = "coords"        # gradient checks at the start: per coordinate (2
+                                  # exact evaluations each; per-coordinate estimators),
+                                  # along check_dirs random directions (2 each, all
+                                  # coordinates relaxed), or auto (coords up to
+                                  # AUTO_COORDS coordinates, else directions)
+    check_dirs: int = 4
     check_every: int = 2          # exact evaluation (best tracking, revert) cadence
     revert_tol: float = 0.03      # revert to the best point when an exact check is worse
     explore: int = 0              # exact random samples in the theta box before descent
@@ -73,6 +88,8 @@ class FitSettings:
                  ("margin", 0.0 <= self.margin < 1.0, "in [0, 1)"),
                  ("crn", self.crn >= 1, ">= 1"), ("fd_step", self.fd_step > 0, "> 0"),
                  ("fd_scheme", self.fd_scheme in FD_SCHEMES, f"one of {FD_SCHEMES}"),
+                 ("checks", self.checks in CHECKS, f"one of {CHECKS}"),
+                 ("check_dirs", self.check_dirs >= 1, ">= 1"),
                  ("check_every", self.check_every >= 1, ">= 1"),
                  ("revert_tol", self.revert_tol >= 0, ">= 0"),
                  ("explore", self.explore >= 0, ">= 0"), ("box", self.box > 0, "> 0"),
@@ -139,10 +156,54 @@ def _explore(prob: Problem, theta, st: FitSettings) -> None:
     prob.batch(thetas)
 
 
+def _direction_checks(prob: Problem, space: Space, theta, st: FitSettings, log) -> dict:
+    """Gradient checks along ``st.check_dirs`` random unit directions of theta (exact CRN
+    central differences, one batch): the temperature floor; every coordinate keeps the
+    relaxed gradient (no per-coordinate finite differences during the descent)."""
+    rng = np.random.default_rng(st.seed + 104729)
+    dirs = []
+    for _ in range(st.check_dirs):
+        raw = {n: rng.standard_normal(np.shape(v)) for n, v in theta.items()}
+        norm = math.sqrt(sum(float(np.sum(x * x)) for x in raw.values()))
+        dirs.append({n: x / norm for n, x in raw.items()})
+    log(f"gradient checks: the start exactly, then exact CRN finite differences along "
+        f"{len(dirs)} random directions ({2 * len(dirs)} evaluations in one batch)")
+    v0, m0 = prob.value(theta)
+    h = st.fd_step
+    pts = [{n: theta[n] + s * h * jnp.asarray(v[n], jnp.float32) for n in theta}
+           for v in dirs for s in (1.0, -1.0)]
+    vals = prob.batch(pts, log=True)
+    fd = [float(vals[2 * j] - vals[2 * j + 1]) / (2 * h) for j in range(len(dirs))]
+    agree = {}
+    for t in st.temperatures:
+        agree[t], mr = check_directions(prob, theta, t, dirs, fd)
+        log(f"check T={t:g} (relaxed log objective "
+            f"{abs(mr['log_objective'] - m0['log_objective']):.3f} from exact): "
+            + ", ".join(f"{c.label} relaxed {c.relaxed:+.3g} exact-FD {c.exact_fd:+.3g} "
+                        f"{_verdict(c)}" for c in agree[t]))
+    floor = _floor(agree, st.temperatures)
+    log(f"temperature floor {floor:g}; every coordinate uses the relaxed gradient")
+    log(f"exact objective at start: {v0:.6g} (n_steps {prob.n_steps})")
+    est = {f"{n}[{i}]": "relaxed" for n, i in space.coords()}
+    return {"floor": floor, "estimators": est, "lv": m0["log_objective"],
+            "checks": [[c.__dict__ for c in agree[t]] for t in st.temperatures]}
+
+
+def _floor(agree: dict, temperatures) -> float:
+    """The coldest temperature whose gradient agrees in sign with the exact finite
+    differences on at least half of the checks (else the most agreeing one): the
+    anneal stops where the surrogate still points the way the exact objective moves."""
+    n_ok = {t: sum(c.sign_agrees for c in agree[t]) for t in temperatures}
+    ok = [t for t in temperatures if 2 * n_ok[t] >= len(agree[t])]
+    return min(ok) if ok else max(temperatures, key=lambda t: (n_ok[t], -t))
+
+
 def _initial_checks(prob: Problem, space: Space, theta, st: FitSettings, log) -> dict:
     """Gradient checks at the start point: the temperature floor and per-coordinate
     estimators (see the module docstring of :mod:`tuner.gradcheck`)."""
     n = len(space.coords())
+    if st.checks == "directions" or (st.checks == "auto" and n > AUTO_COORDS):
+        return _direction_checks(prob, space, theta, st, log)
     log(f"gradient checks: the start exactly, then exact CRN finite differences of {n} "
         f"coordinates ({(2 if st.fd_scheme == 'central' else 1) * n} evaluations in one "
         "batch)")
@@ -158,12 +219,7 @@ def _initial_checks(prob: Problem, space: Space, theta, st: FitSettings, log) ->
         log(f"check T={t:g} (relaxed log objective {gap[t]:.3f} from exact): " + ", ".join(
             f"{c.label} relaxed {c.relaxed:+.3g} exact-FD {c.exact_fd:+.3g}"
             f" {_verdict(c)}" for c in res))
-    # floor: the coldest temperature whose gradient agrees in sign with exact CRN finite
-    # differences on at least half of the coordinates (else the most agreeing one): the
-    # anneal stops where the surrogate still points the way the exact objective moves
-    n_ok = {t: sum(c.sign_agrees for c in agree[t]) for t in st.temperatures}
-    ok = [t for t in st.temperatures if 2 * n_ok[t] >= len(agree[t])]
-    floor = min(ok) if ok else max(st.temperatures, key=lambda t: (n_ok[t], -t))
+    floor = _floor(agree, st.temperatures)
     log(f"temperature floor {floor:g}")
     est = {c.label: ("relaxed" if c.sign_agrees else "fd-crn") for c in agree[floor]}
     for c in agree[floor]:
@@ -205,7 +261,8 @@ def build_problem(spec, st: FitSettings, log=lambda s: None,
             "scenario(s)")
         rates, n_steps, caps = plan_ladder(scs, st.system, start)
         log("start goodput " + ", ".join(f"{c['goodput_rps']:.3g}" for c in caps)
-            + " req/s; rungs " + ", ".join(f"{r:.3g}" for r in rates)
+            + " req/s; rungs " + "; ".join(", ".join(f"{r:.3g}" for r in row)
+                                           for row in np.atleast_2d(rates))
             + f" req/s + saturation; horizon {n_steps} iterations")
         for sc, c in zip(scs, caps):
             if sc.nominal_rps > c["goodput_rps"]:
@@ -249,14 +306,16 @@ def _verdict(c) -> str:
 
 def fit(spec, st: FitSettings, *, checkpoint: Path | None = None,
         resume: bool = False, log=print, progress=None, listeners=(),
-        warn=lambda s: None) -> FitResult:
+        warn=lambda s: None, grad_cost: float | None = None) -> FitResult:
     """Tune ``st.system`` on ``spec`` (the training slice) by gradient.
 
     Adam climbs the relaxed log objective while the temperature anneals from the warmest
     candidate to the floor; every ``check_every`` steps the policy is evaluated exactly,
     the best exact policy is kept, and a check worse than the best by more than
     ``revert_tol`` restarts the optimiser from the best point with half the step.
-    ``listeners`` receive ``(cost, theta, value)`` for every exact evaluation.
+    ``listeners`` receive ``(cost, theta, value)`` for every exact evaluation;
+    ``grad_cost`` (exact evaluations per relaxed gradient, default ``Problem``'s) is what
+    the fit's cost charges a gradient step.
     """
     st.check()
     specs = _specs(spec)
@@ -267,6 +326,8 @@ def fit(spec, st: FitSettings, *, checkpoint: Path | None = None,
     if resume:  # read it before any work: a foreign or corrupt file fails at once
         _peek_ckpt(checkpoint, key)
     prob, default = build_problem(specs, st, log, warn)
+    if grad_cost is not None:
+        prob.grad_cost = float(grad_cost)
     space = prob.space
     prob.listeners.extend(listeners)
     theta = space.to_theta(space.base)

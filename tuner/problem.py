@@ -46,7 +46,7 @@ def stack_inputs(scenarios: list[Scenario], system: str) -> Inputs:
 class Ladder(NamedTuple):
     """The rate ladder of a capacity objective: absolute rungs (req/s, ascending,
     shared by every scenario of a stack) and each scenario's own mean arrival rate."""
-    rates: jnp.ndarray    # [K]
+    rates: jnp.ndarray    # [K] shared, or [S, K] one row per scenario when stacked
     nominal: jnp.ndarray  # [] per scenario ([S] when stacked)
 
 
@@ -67,7 +67,10 @@ def plan_ladder(scenarios: list[Scenario], system: str, params: dict,
                 around=AROUND) -> tuple[np.ndarray, int, list[dict]]:
     """Rungs and horizon of a capacity objective, from exact runs of ``params``: each
     scenario's exact goodput ``g`` (:func:`tuner.evaluate.evaluate`); rungs geometric
-    from ``around[0] * min g`` to ``around[1] * max g`` (``around[2]`` of them); horizon
+    from ``around[0] * min g`` to ``around[1] * max g`` (``around[2]`` of them), shared
+    by the scenarios, or, when the goodputs lie too far apart for one row to bracket
+    each of them (a fleet of devices), one row ``around[0] * g .. around[1] * g`` per
+    scenario ([S, K]); horizon
     1.25 x the most iterations any scenario needs at its goodput, at most
     ``HORIZON_CAP`` x its saturation run's (lower rungs are cut short and judged on
     the requests already due, see ``models.outcomes``).
@@ -77,7 +80,10 @@ def plan_ladder(scenarios: list[Scenario], system: str, params: dict,
     caps = [evaluate(sc, system, params, objective="goodput_rps") for sc in scenarios]
     g = np.array([c["goodput_rps"] for c in caps])
     lo, hi, n = around
-    rates = np.geomspace(lo * g.min(), hi * g.max(), n).astype(np.float32)
+    if g.max() * lo <= g.min() * hi:  # one row of rungs brackets every scenario's
+        rates = np.geomspace(lo * g.min(), hi * g.max(), n).astype(np.float32)
+    else:  # goodputs too far apart (a fleet of devices): a row per scenario
+        rates = np.stack([np.geomspace(lo * x, hi * x, n) for x in g]).astype(np.float32)
     block = scenarios[0].spec.block
     # at a very low goodput the run at it is nearly serial (one request at a time):
     # cap the horizon at HORIZON_CAP x the saturation run's iterations
@@ -89,13 +95,17 @@ def plan_ladder(scenarios: list[Scenario], system: str, params: dict,
 def _value_impl(theta, t, base, inputs, hw, lad, *, space, opts, n_steps, objective):
     """Mean over the CRN stack of the log objective (the differentiated surrogate), with
     the mean objective value and metrics as auxiliary outputs."""
-    def one(params, x, nominal):
-        m = measure(params, x, hw, t, Ladder(lad.rates, nominal), opts=opts,
+    def one(params, x, hw_i, rates, nominal):
+        m = measure(params, x, hw_i, t, Ladder(rates, nominal), opts=opts,
                     n_steps=n_steps, objective=objective)
         return objective.log_value(m), objective(m), m
 
-    lv, v, m = jax.vmap(one, in_axes=(None, 0, 0))(space.to_params(theta, base), inputs,
-                                                   lad.nominal)
+    # a fleet has one device model per scenario; a ladder one row of rungs per scenario
+    # when one shared row cannot bracket every scenario's goodput (plan_ladder)
+    hw_axis = 0 if np.ndim(jax.tree.leaves(hw)[0]) else None
+    rate_axis = 0 if lad.rates.ndim == 2 else None
+    lv, v, m = jax.vmap(one, in_axes=(None, 0, hw_axis, rate_axis, 0))(
+        space.to_params(theta, base), inputs, hw, lad.rates, lad.nominal)
     return jnp.mean(lv), (jnp.mean(v), jax.tree.map(jnp.mean, m))
 
 
@@ -143,21 +153,39 @@ class Problem:
         self.system, self.space, self.objective = system, space, objective
         self.n_steps, self.n_crn, self.n_slots = n_steps, len(scenarios), sc.cfg.n_slots
         self.cost = 0.0  # simulated request-iterations spent (slots x iterations)
+        # what a relaxed forward + backward pass costs, in exact evaluations (3 unless
+        # measured: experiments.bench_tuners times both and sets the ratio)
+        self.grad_cost = 3.0
         self.listeners = []
         objective.check_metrics(system)
         if objective.capacity and rates is None:
             raise ValueError(f"objective {objective.spec!r} needs a rate ladder "
                              "(tuner.problem.plan_ladder)")
         # a ladder of K rungs runs K + 1 simulations (the saturation rung) per scenario
-        self.n_rungs = len(rates) + 1 if objective.capacity else 1
+        self.n_rungs = np.shape(rates)[-1] + 1 if objective.capacity else 1
         self.rates = None if rates is None else np.asarray(rates, np.float32)
-        inputs = stack_inputs(scenarios, system)
         opts = sc.options(system)
+        static = ("n_slots", "admit_window", "max_len", "chunked")
+        for other in scenarios[1:]:
+            diff = [k for k in static if getattr(other.cfg, k) != getattr(sc.cfg, k)]
+            if diff or other.options(system) != opts:
+                what = ", ".join(f"{k} {getattr(sc.cfg, k)} vs {getattr(other.cfg, k)}"
+                                 for k in diff) or "simulator options"
+                raise ValueError(f"{system}: the scenarios of one problem must share "
+                                 f"their compiled settings: {sc.spec.trace} on "
+                                 f"{sc.spec.hardware} and {other.spec.trace} on "
+                                 f"{other.spec.hardware} differ in {what} (give them "
+                                 "equal --max-len / slots / scheduler)")
+        inputs = stack_inputs(scenarios, system)
+        # one device model for the stack, or one per scenario (a fleet of presets)
+        hws = [s.hw for s in scenarios]
+        hw = (sc.hw if all(h == sc.hw for h in hws[1:])
+              else jax.tree.map(lambda *xs: jnp.stack([jnp.float32(x) for x in xs]), *hws))
         lad = Ladder(jnp.asarray(self.rates if objective.capacity else np.ones(1),
                                  jnp.float32),
                      jnp.asarray([s.nominal_rps for s in scenarios], jnp.float32))
 
-        self._args = (space.base, inputs, sc.hw, lad)
+        self._args = (space.base, inputs, hw, lad)
         self._static = dict(space=space, opts=opts, n_steps=n_steps, objective=objective)
 
     @property
@@ -166,8 +194,7 @@ class Problem:
         return self.n_crn * self.n_rungs * self.n_steps * self.n_slots
 
     def _spend(self, sims: int, backward: bool = False):
-        # a backward pass is counted as two forward passes
-        self.cost += sims * self.unit * (3 if backward else 1)
+        self.cost += sims * self.unit * (self.grad_cost if backward else 1)
 
     def _report(self, thetas, values, t):
         if float(t) != 0.0 or not self.listeners:

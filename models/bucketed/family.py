@@ -194,6 +194,12 @@ _RESERVE = {
         "estimate_tokens": "L_hat * (1 + gamma * u)", "reservation_tokens": _BUCKET,
         "large_pool_if": "u > tau or ceil(estimate_tokens) > max(bucket_bounds_tokens)",
         "large_pool_reservation_tokens": "max_len"},
+    memory.reserve_routed_per_bucket: {
+        "estimate_tokens": "L_hat * (1 + gamma[k] * u), k = index of min{b in "
+                           "bucket_bounds_tokens : b >= L_hat} (else the last)",
+        "reservation_tokens": _BUCKET,
+        "large_pool_if": "u > tau or ceil(estimate_tokens) > max(bucket_bounds_tokens)",
+        "large_pool_reservation_tokens": "max_len"},
 }
 _OVERFLOW = {
     memory.grow_block: {"on_overflow": "grow by block_size tokens; pool full: preempt "

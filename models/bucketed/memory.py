@@ -35,6 +35,7 @@ __all__ = [
     "reserve_bucket",
     "reserve_max_len",
     "reserve_routed",
+    "reserve_routed_per_bucket",
     "resume",
     "resume_block",
     "resume_max_len",
@@ -106,6 +107,17 @@ def reserve_routed(params, bounds, prompt, pred, u, t, cfg):
     route = relax.soft_gt(u, params["tau"], t, PROB_SCALE)
     r = (1.0 - route) * r_bucket + route * jnp.float32(cfg.max_len)
     return r, route + (1.0 - route) * none
+
+
+def reserve_routed_per_bucket(params, bounds, prompt, pred, u, t, cfg):
+    """ODMA with per-bucket inflation: the raw prediction's bucket ``k`` (smallest bound
+    >= ``pred``; the last bucket when none fits) picks ``gamma[k]``, then routing as
+    :func:`reserve_routed` with the inflated prediction ``pred (1 + gamma[k] u)``."""
+    fits = relax.soft_ge(bounds[None, :], pred[:, None], t, cfg.token_scale)
+    probs = relax.first_true_probs(fits)  # [A, B + 1]: raw bucket, last = none fits
+    gam = params["gamma"]
+    g = jnp.sum(probs[:, :-1] * gam[None, :], -1) + probs[:, -1] * gam[-1]
+    return reserve_routed(dict(params, gamma=g), bounds, prompt, pred, u, t, cfg)
 
 
 # Resume rules: (params, ctx, prompt, cfg) -> KV tokens a preempted slot reserves.

@@ -13,7 +13,8 @@ from typing import Callable
 import jax.numpy as jnp
 
 from models.bucketed.memory import (grow_block, migrate, reserve_block, reserve_bucket,
-                                    reserve_max_len, reserve_routed, resume_block,
+                                    reserve_max_len, reserve_routed,
+                                    reserve_routed_per_bucket, resume_block,
                                     resume_max_len)
 
 __all__ = ["BucketPolicy", "POLICIES", "get_policy", "register_policy"]
@@ -85,3 +86,7 @@ register_policy("s3", BucketPolicy(reserve=reserve_bucket, on_overflow=migrate,
 register_policy("odma", BucketPolicy(reserve=reserve_routed, on_overflow=migrate,
                                      need_resume=resume_max_len, large_pool=True,
                                      adaptive_bounds=True, counts_overflows=True))
+register_policy("odma-pb", BucketPolicy(reserve=reserve_routed_per_bucket,
+                                        on_overflow=migrate, need_resume=resume_max_len,
+                                        large_pool=True, adaptive_bounds=True,
+                                        counts_overflows=True))

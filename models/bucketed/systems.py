@@ -7,7 +7,7 @@ import numpy as np
 
 from models.registry import ParamSpec, SystemSpec, register_system
 
-__all__ = ["STATIC", "PAGED", "S3", "ODMA"]
+__all__ = ["STATIC", "PAGED", "S3", "ODMA", "ODMA_PB"]
 
 ODMA_SRC = ("ODMA strategy paper (shared/seeds/odma-strategy.txt, III-B..D): gamma = 0.2, "
             "tau = 0.8, B = 4 buckets, window 10,000, refresh every 1,000 requests; the "
@@ -56,3 +56,25 @@ ODMA = register_system(SystemSpec(
                                        "tau": 0.8, "large_share": 0.1},
     # SPEC.md: static worst-case pre-allocation, S3-style static buckets, paged KV
     baselines=("static", "s3", "paged"), sources=(ODMA_SRC,)))
+
+PB_BUCKETS = 16
+ODMA_PB = register_system(SystemSpec(
+    name="odma-pb", family="bucketed",
+    doc="ODMA with 16 buckets and per-bucket inflation: the raw prediction's bucket k "
+        "picks gamma[k], the inflated prediction L(1+gamma[k]*u) picks the bucket; "
+        "routing, large pool and migration as odma. A high-dimensional tuning problem "
+        "(34 parameters); with equal gammas it is odma with 16 quantile levels.",
+    params=(
+        ParamSpec("levels", "ordered_unit", "quantile level", "bucket bounds Q_p of the window"),
+        ParamSpec("gamma", "interval", "1", "inflation factor per bucket of the raw "
+                  "prediction", 0.0, 4.0),
+        ParamSpec("tau", "interval", "1", "uncertainty routing threshold", 0.0, 1.0),
+        ParamSpec("large_share", "interval", "share of KV capacity",
+                  "large-bucket (safety) pool", 0.0, 0.9),
+    ),
+    defaults=lambda max_len, hw=None: {
+        "levels": np.round(np.linspace(0.1, 0.99, PB_BUCKETS), 4),
+        "gamma": np.full(PB_BUCKETS, 0.2), "tau": 0.8, "large_share": 0.1},
+    baselines=("odma", "static", "s3", "paged"),
+    sources=(ODMA_SRC, "16 buckets at levels evenly spaced in [0.1, 0.99] and "
+             "per-bucket inflation are our extension (the papers use B = 4 and one gamma)")))

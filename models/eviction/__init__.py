@@ -3,8 +3,9 @@ and its baselines FIFO, LRU, H2O and no eviction, on one continuous-batching loo
 explicit attention model. Importing it registers the family and its systems.
 Semantics: ``docs/tokenpd-semantics.md``.
 
-Parameters: ``token-pd`` ``eta``, ``lam``, ``mu_0``, ``delta``, ``budget``; ``h2o`` ``k``,
-``r``; ``fifo``, ``lru``, ``no-evict`` none (see ``models.eviction.systems``).
+Parameters: ``token-pd`` ``eta``, ``lam``, ``mu_0``, ``delta``, ``budget``;
+``token-pd-tiers`` the same, the first four per priority tier (vectors of 4); ``h2o``
+``k``, ``r``; ``fifo``, ``lru``, ``no-evict`` none (see ``models.eviction.systems``).
 """
 
 from models.eviction.family import EVICTION, POLICIES

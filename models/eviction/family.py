@@ -19,9 +19,10 @@ __all__ = ["EVICTION", "POLICIES", "prompt_tables"]
 
 POLICIES = {"no-evict": EvictPolicy("none"), "fifo": EvictPolicy("fifo"),
             "lru": EvictPolicy("lru"), "h2o": EvictPolicy("h2o"),
-            "token-pd": EvictPolicy("pd")}
+            "token-pd": EvictPolicy("pd"), "token-pd-tiers": EvictPolicy("pd", tiered=True)}
 GIB = 2.0 ** 30
-_OPTIONS = ("window", "recency", "retained", "predictor_sigma", "price_grad")
+_OPTIONS = ("window", "recency", "retained", "predictor_sigma", "price_grad",
+            "tier_bounds")
 
 
 def _policy(system: str) -> EvictPolicy:
@@ -47,6 +48,15 @@ def prompt_tables(prompt, cum_p, cum_conf, window: int):
     return counts.reshape(n, N_GROUPS).astype(np.float32), ring
 
 
+def _int_tuple(name, v):
+    """A sequence of integral numbers as a tuple of ints (hashable, static)."""
+    vals = np.atleast_1d(np.asarray(v, np.float64))
+    if vals.ndim != 1 or not np.all(np.isfinite(vals)) or np.any(vals != np.round(vals)):
+        raise ValueError(f"eviction options: {name} must be a sequence of integers, got "
+                         f"{v!r}")
+    return tuple(int(x) for x in vals)
+
+
 class _Eviction(HeadQueueFamily):
     name = "eviction"
     metrics_spec = {
@@ -68,7 +78,8 @@ class _Eviction(HeadQueueFamily):
         "mean_kv_gib": Metric("GiB", "time-weighted mean KV held"),
         "e2e_p95_s": Metric("s", "95th-percentile end-to-end latency"),
         "e2e_p50_s": Metric("s", "median end-to-end latency"),
-        "price": Metric("attention share per token", "Token-PD's price at the end"),
+        "price": Metric("attention share per token", "Token-PD's price at the end "
+                        "(token-pd-tiers: the mean of its tiers' prices)"),
     }
 
     def options(self, system, **settings):
@@ -77,7 +88,8 @@ class _Eviction(HeadQueueFamily):
         if unknown:
             raise ValueError(f"{system}: unknown option(s) {sorted(unknown)}; the eviction "
                              f"family takes {', '.join(_OPTIONS)}")
-        conv = {k: (str(v) if k == "price_grad" else int(v) if k == "window" else float(v))
+        conv = {k: (str(v) if k == "price_grad" else int(v) if k == "window"
+                    else _int_tuple(k, v) if k == "tier_bounds" else float(v))
                 for k, v in settings.items()}
         return EvictOptions(**conv)
 
@@ -133,7 +145,7 @@ class _Eviction(HeadQueueFamily):
             "mean_kv_gib": acc.kept_token_s / span * gib,
             "e2e_p95_s": hist_quantile(acc.e2e_hist, 0.95),
             "e2e_p50_s": hist_quantile(acc.e2e_hist, 0.50),
-            "price": state.mu,
+            "price": jnp.mean(state.mu),
         }
 
     def deployment(self, inputs: Inputs, params, opts: SimOptions) -> dict:
@@ -149,8 +161,10 @@ class _Eviction(HeadQueueFamily):
         if pol.kind == "pd":
             m = float(budget_tokens(params, cfg))
             out.update(budget_tokens=int(m), budget_gib=float(f"{m * kvb / GIB:.6g}"),
-                       eta=float(params["eta"]), lam=float(params["lam"]),
-                       mu_0=float(params["mu_0"]), delta=float(params["delta"]))
+                       **{k: np.asarray(params[k], np.float64).tolist()
+                          for k in ("eta", "lam", "mu_0", "delta")})
+            if pol.tiered:
+                out.update(tier_bounds=list(fo.tier_bounds))
         elif pol.kind == "h2o":
             out.update(heavy_tokens=int(params["k"]), recent_tokens=int(params["r"]))
         return out

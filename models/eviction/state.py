@@ -11,10 +11,17 @@ from flax import struct
 from models.server import Record
 
 __all__ = ["EvictAcc", "EvictInputs", "EvictOptions", "EvictPolicy", "EvictRecord",
-           "EvictSlots", "EvictState", "K_CLASSES", "N_GROUPS"]
+           "EvictSlots", "EvictState", "K_CLASSES", "N_GROUPS", "N_TIERS", "TIER_BOUNDS"]
 
 K_CLASSES = 4                 # heavy-hitter classes (models.eviction.attention.QUANTILES)
 N_GROUPS = K_CLASSES ** 2     # (true class, predicted class) pairs
+N_TIERS = 4                   # token-pd-tiers: priority tiers of streams
+# token-pd-tiers' tier bounds (prompt tokens): the quartiles of the prompt lengths of the
+# Azure LLM conversation trace (shared/traces/azure-llm-2023-conv.csv, all 19,366 rows,
+# ContextTokens; np.quantile(..., [0.25, 0.5, 0.75]) = 396, 1020, 1189 with every method,
+# read through tuner.workloads.presets.resolve_trace("azure-conv")); whole trace: 4,728 /
+# 4,928 / 4,865 / 4,845 requests in tiers 0-3, its first 100: 52 / 17 / 14 / 17
+TIER_BOUNDS = (396, 1020, 1189)
 
 
 @dataclass(frozen=True)
@@ -22,13 +29,16 @@ class EvictOptions:
     """Static options: the attention model (``window`` recent tokens get ``recency`` of
     each query; heavy hitters calibrated so that 10% heavy + 10% recent tokens retain
     ``retained`` of the mass; the predictor's log-normal error ``predictor_sigma``) and
-    ``price_grad`` ("full" or "stop": the price recursion's feedback in relaxed runs)."""
+    ``price_grad`` ("full" or "stop": the price recursion's feedback in relaxed runs);
+    ``tier_bounds``: three ascending prompt lengths (tokens) that split streams into
+    ``token-pd-tiers``' four tiers (tier = the number of bounds <= the prompt length)."""
 
     window: int = 32
     recency: float = 0.3
     retained: float = 0.9
     predictor_sigma: float = 1.0
     price_grad: str = "full"
+    tier_bounds: tuple[int, ...] = TIER_BOUNDS
 
     def __post_init__(self):
         if int(self.window) < 1 or int(self.window) != self.window:
@@ -46,13 +56,21 @@ class EvictOptions:
         if self.price_grad not in ("full", "stop"):
             raise ValueError(f"eviction options: price_grad must be 'full' or 'stop', got "
                              f"{self.price_grad!r}")
+        b = self.tier_bounds
+        if (not isinstance(b, tuple) or len(b) != N_TIERS - 1
+                or not all(isinstance(v, int) and v >= 0 for v in b)
+                or any(lo >= hi for lo, hi in zip(b, b[1:]))):
+            raise ValueError(f"eviction options: tier_bounds must be {N_TIERS - 1} strictly "
+                             f"ascending non-negative integers (prompt tokens), got {b!r}")
 
 
 @dataclass(frozen=True)
 class EvictPolicy:
-    """``kind``: "none" (no-evict: preempt), "fifo", "lru", "h2o" or "pd" (Token-PD)."""
+    """``kind``: "none" (no-evict: preempt), "fifo", "lru", "h2o" or "pd" (Token-PD);
+    ``tiered``: Token-PD's parameters and price per priority tier (token-pd-tiers)."""
 
     kind: str
+    tiered: bool = False
 
 
 @struct.dataclass
@@ -135,6 +153,7 @@ class EvictState:
     clock: jax.Array     # [] float32
     it: jax.Array        # [] int32
     counter: jax.Array   # [] int32 admissions so far (the next order)
-    mu: jax.Array        # [] float32 Token-PD's price (attention share per token)
+    mu: jax.Array        # [] float32 Token-PD's price (attention share per token);
+    #                      [N_TIERS] one per tier for token-pd-tiers
     acc: EvictAcc
     rec: EvictRecord | None

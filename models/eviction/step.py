@@ -23,7 +23,7 @@ from models.eviction.state import (EvictAcc, EvictPolicy, EvictRecord, EvictSlot
 from models.family import IterLog
 from models.server import finish_outcomes, hist_add, nth_true
 
-__all__ = ["Returns", "budget_tokens", "returns", "step"]
+__all__ = ["Returns", "budget_tokens", "returns", "step", "stream_tier"]
 
 _BIG = jnp.iinfo(jnp.int32).max
 _KV_READ = 16.0  # tokens per KV read (vLLM's block)
@@ -223,6 +223,20 @@ def _append(sl: EvictSlots, mask, ex, window: int):
         ring_x=jnp.where(hit, 1.0, sl.ring_x))
 
 
+def stream_tier(prompt, bounds):
+    """Each stream's priority tier (token-pd-tiers): the number of the static ``bounds``
+    (ascending prompt tokens) <= its prompt length. The prompt never changes, so the
+    tier is the one fixed at admission."""
+    b = jnp.asarray(bounds, jnp.int32)
+    return jnp.sum(prompt[:, None] >= b[None, :], 1)
+
+
+def _per_stream(v, tier):
+    """A Token-PD value as seen by each stream: ``v`` itself (token-pd: a scalar) or,
+    with a ``tier`` per stream, the stream's tier's entry of ``v`` as a column [S, 1]."""
+    return v if tier is None else v[tier][:, None]
+
+
 def _soft(v, t, mu):
     """P(v >= 0) for an excess ``v`` in attention share per token; the temperature is
     relative to the price (floored: a price decayed to ~0 keeps a finite scale)."""
@@ -311,13 +325,17 @@ def step(st: EvictState, inputs, hw, params, t, pol: EvictPolicy, fopts, log: bo
     restored_s = jnp.zeros(n_s, f32)
     mu = st.mu
     if pol.kind == "pd":
-        g = ret.r_hat - params["lam"] * ret.var - mu
-        x = jnp.where(run[:, None], x * _soft(g, t, mu), x)
+        # token-pd-tiers: a stream's tokens see its tier's lam, delta and price
+        tier = stream_tier(sl.prompt, fopts.tier_bounds) if pol.tiered else None
+        lam_s, delta_s, mu_s = (_per_stream(v, tier)
+                                for v in (params["lam"], params["delta"], mu))
+        g = ret.r_hat - lam_s * ret.var - mu_s
+        x = jnp.where(run[:, None], x * _soft(g, t, mu_s), x)
         need = jnp.maximum(jnp.sum(x) + jnp.sum(grow_s) - cap, 0.0)
         x, _ = _heap(x, g, run, need)
         # restores: evicted tokens worth delta * mu, best first, into the room left
         want = jnp.where(run[:, None], (ret.n - ret.x) * _soft(
-            g - params["delta"] * mu, t, mu), 0.0)
+            g - delta_s * mu_s, t, mu_s), 0.0)
         room = jnp.maximum(cap - jnp.sum(grow_s) - jnp.sum(x), 0.0)
         back = _fill(want, -g, room)
         x = x + back
@@ -401,7 +419,7 @@ def step(st: EvictState, inputs, hw, params, t, pol: EvictPolicy, fopts, log: bo
     dslot = (jnp.arange(n_s) == ps[0]) & drop_pre
     sl = sl.replace(status=jnp.where(dslot, 0, sl.status), req=jnp.where(dslot, -1, sl.req))
     head = st.head + jnp.sum(adm & ~is_pre) + (drop & ~is_pre[0])
-    # 7 price
+    # 7 price (token-pd-tiers: every tier's price from the same K, elementwise)
     if pol.kind == "pd":
         k_fb = jax.lax.stop_gradient(k_tot) if fopts.price_grad == "stop" else k_tot
         mu = jnp.where(busy, mu * jnp.exp(params["eta"] * (k_fb - m_budget) / m_budget), mu)

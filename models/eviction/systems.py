@@ -1,13 +1,14 @@
-"""The priced-eviction family's systems, registered by name: ``token-pd``, ``fifo``,
-``lru``, ``h2o``, ``no-evict``."""
+"""The priced-eviction family's systems, registered by name: ``token-pd``,
+``token-pd-tiers``, ``fifo``, ``lru``, ``h2o``, ``no-evict``."""
 
 from __future__ import annotations
 
 import math
 
+from models.eviction.state import N_TIERS
 from models.registry import ParamSpec, SystemSpec, register_system
 
-__all__ = ["FIFO", "H2O", "LRU", "NO_EVICT", "TOKEN_PD"]
+__all__ = ["FIFO", "H2O", "LRU", "NO_EVICT", "TOKEN_PD", "TOKEN_PD_TIERS"]
 
 TOKEN_PD_SRC = (
     "Token-PD (shared/seeds/token-pd.txt): keep iff R_hat - lambda sigma^2 - mu c >= 0 (eq. "
@@ -38,6 +39,41 @@ TOKEN_PD = register_system(SystemSpec(
                                        "mu_0": 1.0 / max_len, "delta": 1.0,
                                        "budget": 0.5},
     baselines=("fifo", "lru", "h2o", "no-evict"), sources=(TOKEN_PD_SRC,)))
+
+TOKEN_PD_TIERS_SRC = (
+    "token-pd-tiers (ours, a tuning benchmark): Token-PD's eta, lam, mu_0 and delta per "
+    "priority tier of streams (4 tiers by prompt length, the eviction family's "
+    "tier_bounds option: quartiles of the Azure conversation trace's prompts), one price "
+    "per tier driven by the shared memory signal; with equal entries it is token-pd. "
+    "Defaults: token-pd's in every tier.")
+
+
+def _token_pd_tiers_defaults(max_len, hw=None):
+    scalar = TOKEN_PD.defaults(max_len, hw)
+    out = {k: [float(scalar[k])] * N_TIERS for k in ("eta", "lam", "mu_0", "delta")}
+    return {**out, "budget": scalar["budget"]}
+
+
+TOKEN_PD_TIERS = register_system(SystemSpec(
+    name="token-pd-tiers", family="eviction",
+    doc="Token-PD with its four parameters per priority tier (K = 4 tiers of streams by "
+        "prompt length): each tier has its own price, updated from the shared memory "
+        "signal, its own risk aversion and restore threshold; one shared heap enforces "
+        "the capacity. 16 tunable parameters.",
+    params=(
+        ParamSpec("eta", "log_positive", "1", "dual learning rate of each tier's price "
+                  f"[{N_TIERS}]"),
+        ParamSpec("lam", "interval", "1/share", f"risk aversion lambda per tier [{N_TIERS}]",
+                  0.0, 100.0),
+        ParamSpec("mu_0", "log_positive", "attention share per token",
+                  f"initial price per tier [{N_TIERS}]"),
+        ParamSpec("delta", "interval", "prices", "restore (recompute) an evicted token "
+                  "when its excess g >= delta[tier] * mu[tier]", 0.0, 10.0),
+        _BUDGET,
+    ),
+    defaults=_token_pd_tiers_defaults,
+    baselines=("token-pd", "fifo", "lru", "h2o", "no-evict"),
+    sources=(TOKEN_PD_SRC, TOKEN_PD_TIERS_SRC)))
 
 H2O = register_system(SystemSpec(
     name="h2o", family="eviction",
