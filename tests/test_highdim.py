@@ -21,25 +21,6 @@ def test_bad_check_settings_are_refused(over, field):
         FitSettings(**over).check()
 
 
-def test_a_fleet_problem_is_the_mean_of_its_devices():
-    scs = [build_scenario(SPEC.replace(hardware=hw, tp=1, max_len=2048))
-           for hw in ("mlu370-x4", "a100-80gb")]
-    assert scs[0].hw != scs[1].hw
-    from models import get_system
-
-    spec = get_system("odma")
-    space = Space(spec, spec.default_params(2048))
-    obj = parse_objective("tps")
-    theta = space.to_theta(space.base)
-    fleet = Problem(scs, "odma", space, obj, 256)
-    one = [Problem([sc], "odma", space, obj, 256) for sc in scs]
-    v = fleet.value(theta)[0]
-    each = [p.value(theta)[0] for p in one]
-    assert each[0] != pytest.approx(each[1])  # the devices differ
-    assert v == pytest.approx(np.mean(each), rel=1e-5)
-    assert fleet.unit == 2 * one[0].unit
-
-
 def test_problem_scenarios_must_share_simulator_options():
     a = build_scenario(SPEC.replace(max_len=2048))
     b = build_scenario(SPEC.replace(max_len=1024))
@@ -74,13 +55,17 @@ def test_a_fleet_ladder_has_a_row_of_rungs_per_device_when_goodputs_differ():
     for row, gi in zip(rates, g):
         assert row[0] == pytest.approx(lo * gi, rel=1e-5)
         assert row[-1] == pytest.approx(hi * gi, rel=1e-5)
-    # a fleet problem runs each device's own rungs: its value is the mean of the devices'
+    # a fleet problem runs each device's model and its own rungs: its value is the mean
+    # of the devices' problems
+    assert scs[0].hw != scs[1].hw
     space = Space(get_system("odma"), get_system("odma").default_params(2048))
     obj = parse_objective("goodput_rps")
     theta = space.to_theta(space.base)
     fleet = Problem(scs, "odma", space, obj, 256, rates)
     each = [Problem([sc], "odma", space, obj, 256, row).value(theta)[0]
             for sc, row in zip(scs, rates)]
+    assert each[0] != pytest.approx(each[1])  # the devices differ
     assert fleet.value(theta)[0] == pytest.approx(np.mean(each), rel=1e-5)
+    assert fleet.unit == 2 * Problem([scs[0]], "odma", space, obj, 256, rates[0]).unit
     same, _, _ = plan_ladder([scs[0], scs[0]], "odma", {})
     assert same.shape == (n,)  # equal goodputs share one row
