@@ -26,13 +26,32 @@ from tuner.objectives import Objective
 from tuner.scenario import Scenario
 from tuner.space import Space
 
-__all__ = ["AROUND", "FD_SCHEMES", "Ladder", "Problem", "measure", "plan_ladder",
-           "stack_inputs"]
+__all__ = ["AROUND", "FD_SCHEMES", "Ladder", "Problem", "check_stackable", "measure",
+           "plan_ladder", "stack_inputs"]
 
 
 FD_SCHEMES = ("central", "forward")  # finite-difference schemes of Problem.fd
 AROUND = (0.6, 1.4, 5)  # rungs of a fit's ladder: lo, hi x the start's goodput, count
 HORIZON_CAP = 4         # a ladder's horizon: at most this x the saturation iterations
+
+
+def check_stackable(scenarios: list[Scenario], system: str):
+    """The simulator options the scenarios share, after checking that they also share
+    the server's static (compiled) settings; one clear error naming the first pair that
+    differs. Scenarios of one problem or sweep run in one compiled call."""
+    sc = scenarios[0]
+    opts = sc.options(system)
+    static = ("n_slots", "admit_window", "max_len", "chunked")
+    for other in scenarios[1:]:
+        diff = [k for k in static if getattr(other.cfg, k) != getattr(sc.cfg, k)]
+        if diff or other.options(system) != opts:
+            what = ", ".join(f"{k} {getattr(sc.cfg, k)} vs {getattr(other.cfg, k)}"
+                             for k in diff) or "simulator options"
+            raise ValueError(f"{system}: scenarios run together must share their "
+                             f"compiled settings: {sc.spec.trace} on {sc.spec.hardware} "
+                             f"and {other.spec.trace} on {other.spec.hardware} differ in "
+                             f"{what} (give them equal --max-len / slots / scheduler)")
+    return opts
 
 
 def stack_inputs(scenarios: list[Scenario], system: str) -> Inputs:
@@ -164,18 +183,7 @@ class Problem:
         # a ladder of K rungs runs K + 1 simulations (the saturation rung) per scenario
         self.n_rungs = np.shape(rates)[-1] + 1 if objective.capacity else 1
         self.rates = None if rates is None else np.asarray(rates, np.float32)
-        opts = sc.options(system)
-        static = ("n_slots", "admit_window", "max_len", "chunked")
-        for other in scenarios[1:]:
-            diff = [k for k in static if getattr(other.cfg, k) != getattr(sc.cfg, k)]
-            if diff or other.options(system) != opts:
-                what = ", ".join(f"{k} {getattr(sc.cfg, k)} vs {getattr(other.cfg, k)}"
-                                 for k in diff) or "simulator options"
-                raise ValueError(f"{system}: the scenarios of one problem must share "
-                                 f"their compiled settings: {sc.spec.trace} on "
-                                 f"{sc.spec.hardware} and {other.spec.trace} on "
-                                 f"{other.spec.hardware} differ in {what} (give them "
-                                 "equal --max-len / slots / scheduler)")
+        opts = check_stackable(scenarios, system)
         inputs = stack_inputs(scenarios, system)
         # one device model for the stack, or one per scenario (a fleet of presets)
         hws = [s.hw for s in scenarios]

@@ -173,15 +173,12 @@ def run_sweep(scenarios: list, system: str, param_sets: list[dict], *, n_steps: 
     req/s; default :func:`ladders`)."""
     from models import get_system
     from tuner.objectives import parse_objective
-    from tuner.problem import Ladder, stack_inputs
+    from tuner.problem import Ladder, check_stackable, stack_inputs
     spec, obj, n_sc = get_system(system), parse_objective(objective), len(scenarios)
     obj.check_metrics(system)
     if not scenarios or not param_sets or n_steps < 1 or batch < 1:
         raise ValueError("a sweep needs scenarios, parameter sets, n_steps, batch >= 1")
-    opts = scenarios[0].options(system)
-    static = {(s.cfg.n_slots, s.cfg.admit_window, s.cfg.max_len) for s in scenarios}
-    if len(static) > 1 or any(s.options(system) != opts for s in scenarios):
-        raise ValueError(f"scenarios differ in static settings {sorted(static)}")
+    opts = check_stackable(scenarios, system)
     sets = _validated(spec, param_sets, scenarios[0].cfg.max_len)
     if obj.capacity and rates is None:
         rates, _ = ladders(scenarios, system)
