@@ -56,7 +56,8 @@ import numpy as np
 from experiments.bench_tuners_report import (BLACKBOX_METHODS, GRADIENT_METHODS,
                                              best_so_far, cost_to_reach, render_markdown,
                                              render_plot, summarise)
-from tuner.atomic import plain, write_bytes_atomic, write_json_atomic, write_text_atomic
+from tuner.atomic import (plain, unwritable_reason, write_bytes_atomic, write_json_atomic,
+                          write_text_atomic)
 
 __all__ = ["FULL", "METHODS", "PROBLEMS", "QUICK", "BenchConfig", "TuneProblem",
            "best_so_far", "cost_to_reach", "main", "run_task"]
@@ -303,9 +304,9 @@ def main(argv=None) -> int:
     try:
         _check(cfg)
         out = args.out
-        out.mkdir(parents=True, exist_ok=True)
-        if not os.access(out, os.W_OK):
-            raise ValueError(f"--out {out}: not writable")
+        why = unwritable_reason(out)
+        if why:
+            raise ValueError(f"--out {out}: {why}")
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

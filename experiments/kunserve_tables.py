@@ -64,7 +64,8 @@ from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from experiments.fingerprint import source_fingerprint  # noqa: E402
-from tuner.atomic import plain, savefig_atomic, write_json_atomic, write_text_atomic  # noqa: E402
+from tuner.atomic import (plain, savefig_atomic, unwritable_reason,  # noqa: E402
+                          write_json_atomic, write_text_atomic)
 
 __all__ = ["ABLATIONS", "BASELINES", "CLAIMS", "FULL", "QUICK", "SYSTEMS", "claims",
            "main", "render_markdown", "run", "select_window", "slo_violations",
@@ -1475,24 +1476,6 @@ def _error(msg: str) -> int:
     return 2
 
 
-def _writable(d: Path) -> str | None:
-    """None when ``d`` is (or can be made) a writable folder; else why not. Creates no
-    folder: the nearest existing ancestor must be a writable folder."""
-    import os
-
-    if d.exists():
-        if not d.is_dir():
-            return "exists and is not a directory"
-        return None if os.access(d, os.W_OK | os.X_OK) else "is not writable"
-    p = d.parent
-    while not p.exists():
-        p = p.parent
-    if not p.is_dir():
-        return f"{p} is not a directory"
-    return None if os.access(p, os.W_OK | os.X_OK) else \
-        f"cannot be created ({p} is not writable)"
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.kunserve_tables",
                                  description=__doc__.splitlines()[0])
@@ -1514,7 +1497,7 @@ def main(argv=None) -> int:
         args = ap.parse_args(argv)
     except SystemExit as e:  # argparse: 2 on bad arguments
         return int(e.code or 0)
-    why = _writable(args.out)
+    why = unwritable_reason(args.out)
     if why:
         return _error(f"--out {args.out}: {why}")
     lists = {}

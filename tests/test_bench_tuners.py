@@ -122,3 +122,10 @@ def test_quick_run_writes_comparable_monotone_curves(tmp_path):
         for c in r["by_t"]:
             assert c["agree"] + c["disagree"] + c["flat"] == r["coords"]
     assert all(math.isfinite(x) for x in s["budgets"])
+
+
+def test_an_output_path_that_is_a_file_exits_2_before_any_work(tmp_path, capsys):
+    out = tmp_path / "f"
+    out.write_text("x")
+    assert bt.main(["--quick", "--out", str(out)]) == 2
+    assert "not a directory" in capsys.readouterr().err and out.read_text() == "x"

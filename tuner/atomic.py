@@ -16,7 +16,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["plain", "savefig_atomic", "write_bytes_atomic", "write_json_atomic",
+__all__ = ["plain", "savefig_atomic", "unwritable_reason", "write_bytes_atomic", "write_json_atomic",
            "write_text_atomic"]
 
 
@@ -80,3 +80,24 @@ def savefig_atomic(fig, path, **kw) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, **{"format": path.suffix.lstrip(".") or "png", **kw})
     return write_bytes_atomic(path, buf.getvalue())
+
+
+def unwritable_reason(d) -> str | None:
+    """None when folder ``d`` is (or can be made) writable; else why not. Creates
+    nothing: the nearest existing ancestor must be a writable folder (check an output
+    folder before long work starts)."""
+    import os
+    from pathlib import Path
+
+    d = Path(d)
+    if d.exists():
+        if not d.is_dir():
+            return "exists and is not a directory"
+        return None if os.access(d, os.W_OK | os.X_OK) else "is not writable"
+    p = d.parent
+    while not p.exists():
+        p = p.parent
+    if not p.is_dir():
+        return f"{p} is not a directory"
+    return None if os.access(p, os.W_OK | os.X_OK) else \
+        f"cannot be created ({p} is not writable)"
