@@ -143,6 +143,14 @@ should be aligned with these.
 18. Completion: after the step, any slot with ``gen >= o`` finishes (slot, KV and host
     tokens freed), in slot order. The loop ends when every valid request is finished or
     dropped, or after ``max_iters`` passes.
+19. Memory constants. :func:`memory_model` derives ``kv_bytes``, the chunk ``c``, the
+    activation coefficients and the pool ``P`` from the model's shapes (hidden and
+    intermediate size, vocabulary, layers, KV heads, head_dim, dtype bytes, MLP kind),
+    ``tp`` and the vLLM version line, with the profiling run's constants written out
+    above (nothing taken from ``hardware``): the coefficients are float32 of ``bytes /
+    kv_bytes`` and ``P = f32(capacity) + act(max_prefill, max_batch)``.
+    ``simulate_reference`` takes ``pool_tokens``, ``act_coef`` and ``chunk_tokens`` as
+    given, so that hand-made scenarios can use small numbers.
 """
 
 from __future__ import annotations
@@ -151,11 +159,75 @@ import math
 
 import numpy as np
 
-__all__ = ["simulate_reference", "act_tokens", "kv_tokens"]
+__all__ = ["simulate_reference", "act_tokens", "kv_tokens", "kv_bytes_per_token",
+           "activation_bytes", "memory_model"]
 
 EMPTY, RESIDENT, PREEMPTED, HOST = 0, 1, 2, 3
 W_MAX = 16
 F32 = np.float32
+
+# vLLM's profiling-run constants, written here from their documented values (module
+# docstring of hardware/memory_profile.py, which cites the logs), not imported:
+VOCAB_PAD = 64                    # the LM head's rows: vocab padded to a multiple of 64
+V0_SAMPLER_FP32_COPIES = 9.29     # V0 sampler: fp32 copies of the [R, V] logits
+V1_SAMPLER_FP32_COPIES = 3.0      # V1 sampler: logits.float(), softmax, the noise q
+V1_SAMPLER_WORKSPACE = 0.117 * 2 ** 30  # V1 sampler: fixed workspace bytes
+
+
+# ---- the memory model from the model's shapes (spec: "Units and memory model") ------
+def kv_bytes_per_token(model, tp: int = 1) -> float:
+    """One token's K and V on one device: 2 (K, V) x layers x KV heads on the device
+    (at least 1) x head_dim x dtype bytes."""
+    heads = max(int(model.n_kv_heads) // int(tp), 1)
+    return float(2 * int(model.n_layers) * heads * int(model.head_dim)
+                 * model.dtype_bytes)
+
+
+def activation_bytes(model, tp: int = 1, version: str = "v0"):
+    """``(f, h, r, z)`` in bytes per device: vLLM's live activation of a forward over T
+    tokens sampling R rows is ``max(f T, h T + r R + z)``.
+
+    f: the MLP of a decoder layer: the layer input, the residual and the normed
+    attention output (3 hidden) plus the MLP's live tensors: gated, gate_up (2 I/tp)
+    and its SiluAndMul output (I/tp); ungated (fc1/fc2) 2 I/tp; MoE, for each of the
+    k experts of a token 3 I/tp and the hidden-sized output. h: the [T, hidden] output
+    held while sampling. r: a row of logits in the model dtype over the padded vocab,
+    plus fp32 copies over the real vocab (V0 9.29, V1 3). z: V1's fixed workspace."""
+    if version not in ("v0", "v1"):
+        raise ValueError(f"version must be 'v0' or 'v1', got {version!r}")
+    hid = float(model.hidden_size)
+    inter = float(model.intermediate_size) / float(tp)
+    dt = float(model.dtype_bytes)
+    if int(getattr(model, "n_experts", 0) or 0) > 0:
+        k = float(model.n_experts_per_token)
+        f = (3.0 * hid + k * (3.0 * inter + hid)) * dt
+    elif getattr(model, "gated_mlp", True):
+        f = (3.0 * hid + 2.0 * inter + inter) * dt
+    else:
+        f = (3.0 * hid + 2.0 * inter) * dt
+    held = hid * dt
+    vocab = int(model.vocab_size)
+    padded = -(-vocab // VOCAB_PAD) * VOCAB_PAD
+    copies = V0_SAMPLER_FP32_COPIES if version == "v0" else V1_SAMPLER_FP32_COPIES
+    per_row = padded * dt + copies * 4.0 * vocab
+    fixed = 0.0 if version == "v0" else V1_SAMPLER_WORKSPACE
+    return f, held, per_row, fixed
+
+
+def memory_model(model, *, capacity_tokens, max_prefill, max_batch, tp: int = 1,
+                 version: str = "v0", chunk_mib: float = 2.0) -> dict:
+    """The run's memory constants from the model's shapes (spec, first section):
+    ``kv_bytes`` per token per device, the chunk ``c = max(1, round(chunk_mib MiB /
+    kv_bytes))`` tokens, the activation coefficients in KV tokens (float32, ``bytes /
+    kv_bytes``) and the pool ``P = f32(capacity) + act(max_prefill, max_batch)``
+    (vLLM's start-up reservation for ``max_num_batched_tokens`` tokens and
+    ``max_num_seqs`` rows)."""
+    kvb = kv_bytes_per_token(model, tp)
+    c = max(1, int(round(float(chunk_mib) * 2 ** 20 / kvb)))
+    coef = tuple(F32(b / kvb) for b in activation_bytes(model, tp, version))
+    pool = F32(F32(capacity_tokens) + act_tokens(float(max_prefill), int(max_batch),
+                                                 coef, c))
+    return {"kv_bytes": kvb, "chunk": c, "coef": coef, "pool": pool}
 
 
 def kv_tokens(x: int, c: int) -> np.float32:

@@ -7,7 +7,12 @@ plain Python loops over requests, instances and microbatches. It shares no code 
 device cost model's parameter type (``hardware.roofline.RooflineParams``); the roofline
 formula itself is transcribed in float64 below (``iteration_time_f64``) because the
 JAX ``iteration_time`` costs ~1 ms per call (and runs in float32 without x64); the
-self-check test compares the two. Section numbers (``# 7d``) cite the doc's "One step"
+self-check test compares the two. The deployment numbers the family derives for itself
+are derived here again from the model's and the device's preset fields, by this file's
+own arithmetic: the roofline parameters (``roofline_of``), the KV bytes per token
+(``kv_bytes_per_token``), the weight tokens W (``weight_tokens``), the lookahead cost
+model (``fit_cost_model``: its own least squares) and the per-chunk overhead
+(``T_CHUNK_S``, the doc's 20 us). Section numbers (``# 7d``) cite the doc's "One step"
 list.
 
 Interpretations
@@ -99,6 +104,15 @@ should be aligned with these.
 17. ``simulate`` returns one snapshot per step that picked a group; it stops after the
    step in which the last request finished (or after ``max_steps`` steps). ``picked``
    is never -1 in practice (a step with a finite ``t`` always has a busy group).
+18. Deployment numbers (doc "Units and the cluster", "Cost model fit"), one device per
+   instance (tp = pp = 1): ``kvb`` = 2 (K and V) x layers x KV heads x head_dim x dtype
+   bytes; W = parameters x dtype bytes / ``kvb`` (``kvb`` as the cluster counts it, so
+   a scaled ``kvb`` scales W). The cost-model fit evaluates ``iteration_time_f64`` on
+   the k = 2 stage of Interpretation 10 at the doc's points (prefill chunks c = 128,
+   256, ..., 4096 at prefixes 0, 1024, 4096, KV read in blocks of 16; decode batches of
+   8, 32, 128 sequences at contexts 512, 2048, each a row ``[n (ctx + 1), n, 1]``) and
+   solves the 3 x 3 normal equations of the column-scaled design by Gaussian
+   elimination; negative coefficients are then set to 0.
 """
 
 from __future__ import annotations
@@ -111,13 +125,16 @@ import numpy as np
 
 from hardware.roofline import RooflineParams
 
-__all__ = ["SYSTEMS", "Cluster", "drop_plan", "lookahead_cuts", "token_cuts",
+__all__ = ["SYSTEMS", "T_CHUNK_S", "Cluster", "drop_plan", "lookahead_cuts", "token_cuts",
            "round_time", "simulate", "iteration_time_f64", "chunk_cost",
-           "build_pieces"]
+           "build_pieces", "roofline_of", "kv_bytes_per_token", "weight_tokens",
+           "fit_cost_model", "cost_fit_points", "stage_of"]
 
 SYSTEMS = ("kunserve", "vllm-dp", "vllm-pp", "infercept", "llumnix")
 NEW, QUEUED, RUNNING, FINISHED, SWAPPED = 0, 1, 2, 3, 4
 INF = math.inf
+T_CHUNK_S = 20e-6  # doc "Parameters": 20 us per exchanged chunk
+STEP_OVERHEAD_S = 4e-3  # the roofline's default step overhead (hardware/roofline.py doc)
 
 
 # ---- the device cost model (float64 transcription of hardware.roofline) ---------------
@@ -147,6 +164,96 @@ def iteration_time_f64(p: RooflineParams, prefill_tokens, decode_seqs, decode_ct
         comm_s = 0.0
     stage_s = max(compute_s, memory_s) + comm_s
     return p.pp * stage_s + p.step_overhead_s + p.token_overhead_s * new_tokens
+
+
+# ---- deployment numbers (Interpretation 18) ----------------------------------------------
+def kv_bytes_per_token(model) -> float:
+    """K and V of one token over all layers on one device (tp = pp = 1)."""
+    return 2.0 * model.n_layers * model.n_kv_heads * model.head_dim * model.dtype_bytes
+
+
+def weight_tokens(model, kvb: float) -> float:
+    """W: one model copy's weight bytes (every parameter at ``dtype_bytes``) / ``kvb``."""
+    return model.n_params * model.dtype_bytes / float(kvb)
+
+
+def roofline_of(model, device, step_overhead_s: float = STEP_OVERHEAD_S) -> RooflineParams:
+    """The roofline parameters of ``model`` on one ``device`` (tp = pp = 1), from the
+    presets' fields: weights read once, 2 FLOPs per active parameter per token, 4 FLOPs
+    per (query, key) pair per layer and query head-dim (QK^T and AV), the device's
+    measured mfu / bw_eff, two all-reduces per layer (free at tp = 1)."""
+    n_active = model.n_params if model.n_active_params is None else model.n_active_params
+    return RooflineParams(
+        weight_bytes=float(model.n_params * model.dtype_bytes),
+        kv_bytes_per_token=kv_bytes_per_token(model),
+        kv_bytes_per_token_layer=2.0 * model.n_kv_heads * model.head_dim * model.dtype_bytes,
+        dense_flops_per_token=2.0 * n_active,
+        attn_flops_per_ctx_token=4.0 * model.n_layers * model.n_heads * model.head_dim,
+        stream_bw=float(device.stream_bw), alpha=float(device.alpha),
+        burst_bytes=float(device.burst_bytes), peak_flops=float(device.peak_flops),
+        host_link_bw=float(device.host_link_bw), network_bw=float(device.network_bw),
+        mfu=float(device.mfu), bw_eff=float(device.bw_eff),
+        step_overhead_s=float(step_overhead_s), pp=1.0, tp=1.0,
+        allreduces_per_stage=2.0 * model.n_layers,
+        activation_bytes_per_token=float(model.hidden_size * model.dtype_bytes),
+        tp_link_bw=float(device.tp_link_bw),
+        tp_allreduce_latency_s=float(device.tp_allreduce_latency_s))
+
+
+def stage_of(hw: RooflineParams, k: int) -> RooflineParams:
+    """One of k pipeline stages (Interpretation 10): weights, KV bytes, dense and
+    attention FLOPs divided by k, ``pp = 1``, no step overhead."""
+    return hw._replace(weight_bytes=hw.weight_bytes / k,
+                       kv_bytes_per_token=hw.kv_bytes_per_token / k,
+                       dense_flops_per_token=hw.dense_flops_per_token / k,
+                       attn_flops_per_ctx_token=hw.attn_flops_per_ctx_token / k,
+                       pp=1.0, step_overhead_s=0.0)
+
+
+def _solve3(A, y):
+    """Gaussian elimination with partial pivoting of a 3 x 3 system (plain floats)."""
+    M = [list(map(float, A[i])) + [float(y[i])] for i in range(3)]
+    for c in range(3):
+        piv = max(range(c, 3), key=lambda i: abs(M[i][c]))
+        M[c], M[piv] = M[piv], M[c]
+        for i in range(c + 1, 3):
+            f = M[i][c] / M[c][c]
+            for j in range(c, 4):
+                M[i][j] -= f * M[c][j]
+    x = [0.0, 0.0, 0.0]
+    for i in (2, 1, 0):
+        x[i] = (M[i][3] - sum(M[i][j] * x[j] for j in range(i + 1, 3))) / M[i][i]
+    return x
+
+
+def cost_fit_points(hw: RooflineParams, k: int = 2):
+    """The fit's design rows ``(pairs, tokens, 1)`` and stage times (Interpretation 18)."""
+    stage = stage_of(hw, k)
+    rows, ys = [], []
+    for e in range(7, 13):
+        c = float(2 ** e)
+        for p in (0.0, 1024.0, 4096.0):
+            pairs = p * c + (c * c + c) / 2.0
+            rows.append((pairs, c, 1.0))
+            ys.append(iteration_time_f64(stage, c, 0, 0.0, 16, pairs))
+    for n in (8.0, 32.0, 128.0):
+        for ctx in (512.0, 2048.0):
+            rows.append((n * (ctx + 1.0), n, 1.0))
+            ys.append(iteration_time_f64(stage, 0, n, n * ctx, 16, 0.0))
+    return rows, ys
+
+
+def fit_cost_model(hw: RooflineParams, k: int = 2):
+    """(a, b, g) of the doc's "Cost model fit" (Interpretation 18): least squares of
+    ``a * pairs + b * tokens + g`` to the k-stage roofline, by the normal equations of
+    the column-scaled design, negative coefficients set to 0."""
+    rows, ys = cost_fit_points(hw, k)
+    scale = [max(abs(r[j]) for r in rows) for j in range(3)]
+    X = [[r[j] / scale[j] for j in range(3)] for r in rows]
+    XtX = [[sum(x[i] * x[j] for x in X) for j in range(3)] for i in range(3)]
+    Xty = [sum(x[i] * yv for x, yv in zip(X, ys)) for i in range(3)]
+    z = _solve3(XtX, Xty)
+    return tuple(max(z[j] / scale[j], 0.0) for j in range(3))
 
 
 # ---- Fig. 6: the drop plan --------------------------------------------------------------

@@ -83,10 +83,15 @@ should be aligned with these.
    guarantees that the admitted streams of a prefill iteration are never preempted in
    it).
 8. Capacity comparisons. no-evict, h2o and token-pd compare the exact integer ``K +
-   growth > C``. fifo and lru (fractional kept amounts) start evicting iff ``K + growth
-   - C > 1e-6`` tokens (absorbs float64 round-off of the fluid counts), evict exactly
-   that amount, and preempt only if the old tokens of every running stream ran out (then
-   ``K`` is the exact integer ring sum).
+   growth > C``. fifo and lru (fractional kept amounts) start evicting iff ``over = K +
+   growth - C > 1e-6`` tokens (absorbs float64 round-off of the fluid counts), evict
+   ``over + fluid_extra[0] + fluid_extra[1] * C`` (default ``fluid_extra = (0, 0)``:
+   exactly the excess), and preempt only if the old tokens of every running stream ran
+   out and ``K + growth > C`` still holds (then ``K`` is the exact integer ring sum).
+   The spec fixes only that ``K + growth <= C`` after the pass, not how much more may
+   go: the JAX family (float32 counts) evicts ``over + 0.01 + 1e-5 C`` so that float32
+   rounding cannot leave it above the capacity; ``fluid_extra=(0.01, 1e-5)`` is that
+   choice.
 9. fifo / lru fluid eviction. Per-token kept fractions (float64). Evicting ``e`` from a
    set of tokens of one stream (its old tokens, age >= W; for lru restricted to the
    used or unused classes) multiplies every token of the set by ``1 - e / X`` (``X`` =
@@ -148,7 +153,9 @@ A dict. Per request (arrays over the input rows): ``admit_iter``, ``finish_iter`
 ``dropped`` (bool). Totals: ``completed``, ``n_dropped``, ``unserved``, ``preemptions``,
 ``restored``, ``lost``, ``queries``, ``regret``, ``violation_pos``,
 ``violation_signed``, ``peak_kept``, ``iterations`` (passes with work),
-``loop_iterations``, ``clock``, ``mu`` (final, None unless token-pd; token-pd-tiers: a
+``loop_iterations``, ``clock``, ``fluid_evicted`` (fifo / lru: the kept amount evicted
+by the fluid rule, ``[first phase, second phase]``: lru's unused classes, then its used
+ones; fifo has one phase), ``mu`` (final, None unless token-pd; token-pd-tiers: a
 list of the 4 tier prices, also in ``mu_trace`` and the snapshots), ``mu_trace`` (per
 pass), ``M``, ``step_calls`` (the argument tuples passed to ``step_time``) and
 ``snapshots`` (None unless ``snapshots=True``): one dict per loop pass with ``it``,
@@ -328,7 +335,8 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
                        max_batch, max_prefill, capacity, watermark, step_time,
                        window=32, recency=0.3, retained=0.9, predictor_sigma=1.0,
                        max_iters=100000, request_overhead_s=0.0, snapshots=False,
-                       tables=None, classes=None, tier_bounds=None) -> dict:
+                       tables=None, classes=None, tier_bounds=None,
+                       fluid_extra=(0.0, 0.0)) -> dict:
     if system not in SYSTEMS:
         raise ValueError(f"unknown system {system!r}")
     if float(watermark) < 0:
@@ -404,6 +412,7 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
     preemptions = restored_total = queries = iterations = 0
     lost_total = regret = viol_pos = viol_signed = 0.0
     peak_kept = 0.0
+    fluid_evicted = [0.0, 0.0]
     snaps: list[dict] = []
     mu_trace: list = []
     step_calls: list[tuple] = []
@@ -548,6 +557,7 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
         elif system in ("fifo", "lru"):
             need = kept_total() + growth - C
             if need > FLUID_TOL:
+                need += float(fluid_extra[0]) + float(fluid_extra[1]) * C
                 phases = []
                 for s in active:
                     st = slots[s]
@@ -565,7 +575,7 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
                         phases.append((0, s, old & ~used[st.k]))
                         phases.append((1, s, old & used[st.k]))
                 phases.sort(key=lambda x: (x[0], slots[x[1]].order))
-                for _, s, mask in phases:
+                for phase, s, mask in phases:
                     if need <= 0.0:
                         break
                     st = slots[s]
@@ -574,9 +584,11 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
                         continue
                     if need >= X:
                         st.kept[mask] = 0.0
+                        fluid_evicted[phase] += X
                         need -= X
                     else:
                         st.kept[mask] *= 1.0 - need / X
+                        fluid_evicted[phase] += need
                         need = 0.0
                 if need > 0.0:  # every old token gone: preempt the latest
                     growth = preempt_latest_while_over(decoders)
@@ -782,6 +794,7 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
         "iterations": int(iterations),
         "loop_iterations": int(it),
         "clock": float(t),
+        "fluid_evicted": [float(x) for x in fluid_evicted],
         "mu": mu_out(),
         "mu_trace": mu_trace,
         "M": M,

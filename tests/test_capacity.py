@@ -26,9 +26,16 @@ def test_goodput_is_the_first_crossing_of_a_falling_curve():
     assert float(goodput_from(rates, np.ones(4))) == pytest.approx(8.0)  # never limited
     # below the first rung: interpolated from (0, 1)
     assert float(goodput_from(rates, np.array([0.8, 0.5, 0.2, 0.1]))) == pytest.approx(0.5)
-    # continuous in the attainments: a small change moves goodput a little
-    a2 = att + np.array([0, 0, 0.049, 0])
-    assert abs(float(goodput_from(rates, a2)) - 3.0) < 2.0
+    # continuous in the attainments: raising rung 3 (rate 4) from 0.85 towards the
+    # target slides the crossing towards rate 4 (a step function would jump there):
+    # 0.899: [0, 2] counts whole, [2, 4] for 0.05 / (0.95 - 0.899) of its width ->
+    # 2 + 2 * 0.05 / 0.051 = 3.96078; 0.9 exactly: [0, 4] whole, [4, 8] not at all ->
+    # 4.0; 0.901: [4, 8] counts 0.001 / (0.901 - 0.2) of its width -> 4.00571
+    for a3, want in ((0.899, 2 + 2 * 0.05 / 0.051), (0.9, 4.0),
+                     (0.901, 4 + 4 * 0.001 / 0.701)):
+        a2 = att.copy()
+        a2[2] = a3
+        assert float(goodput_from(rates, a2)) == pytest.approx(want, rel=1e-5), a3
 
 
 def test_exact_bisection_finds_a_known_crossing():

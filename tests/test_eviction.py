@@ -83,10 +83,22 @@ def test_attention_shares_of_every_stream_sum_to_one():
 
 
 def test_relaxed_gradients_of_token_pd_match_finite_differences():
-    """d attention_lost / d (log eta, log mu_0) of the relaxed run (T = 0.1) equals its
-    central finite difference and has the sign of the exact run's finite difference
-    (price_grad="full"; measured: with "stop" the eta gradient has the wrong sign and the
-    mu_0 one is 55x too large)."""
+    """d attention_lost / d (log eta, log mu_0) of the relaxed run (T = 0.1) equals the
+    slope of the relaxed run itself, measured by finite differences, within 2%, and has
+    the sign of the exact run's finite difference (price_grad="full"; measured: with
+    "stop" the eta gradient has the wrong sign and the mu_0 one is 55x too large).
+
+    Why the steps are small: admission, preemption and the heap's order stay exact at
+    every temperature (docs/tokenpd-semantics.md, "Relaxed mode"), so the relaxed
+    objective is only piecewise smooth: it jumps by ~3e-5 within 0.01 of this point in
+    log eta and within 0.03 in log mu_0 (measured: central differences at h = 0.01 and
+    0.03 are 51% and 43% off the gradient). The former check took h = 0.1 and needed a
+    35% tolerance for whichever jump its step straddled. Here the slope is the
+    least-squares line through 9 points spaced 0.001 (+-0.004, no jump: the fit's
+    residuals stay at the float32 resolution of f, checked). The simulator runs in
+    float32 only (its state carries int32 counters, x64 does not trace), so f has
+    ~3e-8 of rounding noise: 1e-5 / 4e-6 over the window, a slope error of 0.1% / 0.35%.
+    Measured: -0.6% (eta), +0.5% (mu_0); hence 2%."""
     _, _, opts, inputs = _small_run("token-pd")
     base = params_for("token-pd", 512, lam=0.0, budget=0.5)
 
@@ -98,12 +110,24 @@ def test_relaxed_gradients_of_token_pd_match_finite_differences():
     z0 = jnp.log(jnp.stack([base["eta"], base["mu_0"]]))
     fj = jax.jit(f)
     grad = np.asarray(jax.jit(jax.grad(f))(z0, 0.1))
+    f0 = float(fj(z0, 0.1))
+    steps = 0.001 * np.arange(-4, 5)
     for i in range(2):
+        zs = np.tile(np.asarray(z0), (steps.size, 1))
+        zs[:, i] += steps
+        zs = zs.astype(np.float32)
+        x = zs[:, i].astype(np.float64) - float(z0[i])  # the steps as float32 takes them
+        vals = np.array([float(fj(jnp.asarray(z), 0.1)) for z in zs])
+        slope, icpt = np.polyfit(x, vals, 1)
+        resid = np.abs(vals - (slope * x + icpt)).max()
+        span = abs(vals[-1] - vals[0])
+        # the difference is far above f's float32 resolution, and the window is smooth
+        assert span > 100 * np.finfo(np.float32).eps * abs(f0), (i, span)
+        assert resid < 0.01 * span, (i, resid, span)
+        assert grad[i] == pytest.approx(slope, rel=0.02), (i, grad[i], slope)
         e = np.zeros(2, np.float32)
-        e[i] = 0.1
-        fd = float(fj(z0 + e, 0.1) - fj(z0 - e, 0.1)) / 0.2
+        e[i] = 0.1  # the exact run is piecewise constant: a wide step for its sign
         exact = float(fj(z0 + e, 0.0) - fj(z0 - e, 0.0)) / 0.2
-        assert grad[i] == pytest.approx(fd, rel=0.35), (i, grad[i], fd)
         assert np.sign(grad[i]) == np.sign(exact) != 0, (i, grad[i], exact)
 
 

@@ -269,3 +269,51 @@ def test_roofline_params_validation():
         hw.roofline_params(dep, bw_eff=1.2)
     with pytest.raises(ValueError, match="step_overhead_s"):
         hw.roofline_params(dep, step_overhead_s=-1.0)
+
+
+def test_reference_step_time_by_hand():
+    """The step time every NumPy reference takes from the code under test
+    (``tests.sim_fixtures.step_time``: ``hardware.iteration_time`` jitted, float32, on
+    MLU370-X4 / DeepSeek-R1-Distill-Qwen-7B at tp = 1), worked out by hand from the
+    model's dimensions, the preset's numbers and the formula of hardware/roofline.py:
+    ``max(FLOPs / (peak * mfu), weights / bw + KV / kv_bw) + step_overhead_s`` with
+    ``bw = stream_bw * bw_eff`` and ``kv_bw = bw * (alpha + (1 - alpha) * chunk_bytes /
+    (chunk_bytes + burst))`` (tp = 1: no all-reduce)."""
+    from tests.sim_fixtures import DEP, step_time
+
+    # the preset table's MLU370-X4 (hardware/_device_presets.py)
+    dev = hw.get_device("mlu370-x4")
+    assert (dev.peak_flops, dev.mfu, dev.stream_bw, dev.bw_eff) == (96e12, 0.5, 307.2e9,
+                                                                    0.8)
+    assert dev.alpha == 0.66 and dev.burst_bytes == pytest.approx(64 / 0.66, rel=1e-15)
+    assert DEP.tp == 1 and DEP.pp == 1
+    # DeepSeek-R1-Distill-Qwen-7B: 7,615,616,512 params, 28 layers, 28 query heads and
+    # 4 KV heads of 128, 2-byte dtype
+    weights = 7_615_616_512 * 2  # bytes read once per iteration
+    dense = 2 * 7_615_616_512  # FLOPs per new token
+    attn = 4 * 28 * 28 * 128  # FLOPs per (new token, attended token): QK^T and PV
+    kv_tok = 2 * 28 * 4 * 128 * 2  # K+V bytes of one token, all layers
+    kv_layer = kv_tok // 28
+    bw = 307.2e9 * 0.8
+    peak = 96e12 * 0.5
+
+    def kv_bw(chunk):
+        b = chunk * kv_layer
+        return bw * (0.66 + 0.34 * b / (b + 64 / 0.66))
+
+    # (a) a mixed iteration, compute-bound: a 300-token prefill chunk after 200
+    # computed tokens (pairs 300 * (200 + 301/2) = 105,150) and 5 decodes attending
+    # 4,000 cached tokens, 16-token blocks
+    flops = (300 + 5) * dense + (4000 + 105_150) * attn
+    compute = flops / peak
+    memory = weights / bw + 4000 * kv_tok / kv_bw(16)
+    assert compute > 1.5 * memory
+    got = float(step_time(300, 5, 4000, 16, 0.0, 105_150.0))
+    assert got == pytest.approx(compute + 4e-3, rel=1e-6)
+    assert got == pytest.approx(0.1016946, rel=1e-6)  # the numbers above, evaluated
+    # (b) a decode iteration, memory-bound: 32 sequences attending 32,000 tokens
+    flops = 32 * dense + 32_000 * attn
+    memory = weights / bw + 32_000 * kv_tok / kv_bw(16)
+    assert memory > 5 * flops / peak
+    got = float(step_time(0, 32, 32_000, 16, 0.0, 0.0))
+    assert got == pytest.approx(memory + 4e-3, rel=1e-6)

@@ -603,3 +603,66 @@ def test_g_invariants_random_60(system):
         assert sum(len(s["preempted"]) for s in snaps) > 0
     else:
         assert any(s["cuts"] for s in snaps)
+
+
+# ---- deployment numbers (Interpretation 18) --------------------------------------------
+def test_kv_bytes_weight_tokens_and_roofline_of_qwen_14b_on_a100_by_hand():
+    from hardware import get_device, get_model
+    from hardware.deploy import make_deployment
+    from hardware.roofline import roofline_params
+    m, d = get_model("qwen-2.5-14b"), get_device("a100-80gb")
+    # 48 layers x 8 KV heads x 128 head_dim x (K, V) x 2 bytes = 196,608 B per token
+    assert K.kv_bytes_per_token(m) == 48 * 8 * 128 * 2 * 2 == 196_608
+    # 14,770,033,664 parameters x 2 bytes = 29,540,067,328 B = 150,248.55 tokens of
+    # 196,608 B; with KV 40x larger (the comparison's scaling) 3,756.21 tokens
+    assert K.weight_tokens(m, 196_608.0) == pytest.approx(150_248.552083, rel=1e-10)
+    assert K.weight_tokens(m, 40 * 196_608.0) == pytest.approx(3_756.213802, rel=1e-9)
+    hw = K.roofline_of(m, d)
+    assert hw.weight_bytes == 29_540_067_328 and hw.dense_flops_per_token == 29_540_067_328
+    assert hw.kv_bytes_per_token == 196_608 and hw.kv_bytes_per_token_layer == 4096
+    assert hw.attn_flops_per_ctx_token == 4 * 48 * 40 * 128 == 983_040
+    assert (hw.stream_bw, hw.peak_flops, hw.network_bw, hw.host_link_bw) == (
+        2.039e12, 312e12, 25e9, 32e9)
+    assert hw.mfu == 271.2 / 312.0 and hw.bw_eff == 1.70 / 2.039
+    assert (hw.pp, hw.tp, hw.step_overhead_s, hw.allreduces_per_stage) == (1.0, 1.0, 4e-3, 96)
+    assert hw.activation_bytes_per_token == 5120 * 2
+    # the same as the package's deployment arithmetic (not the code under test)
+    assert hw == roofline_params(make_deployment("a100-80gb", "qwen-2.5-14b", tp=1))
+
+
+def test_solve3_by_hand():
+    # x + y + z = 6, 2y + 5z = -4, 2x + 5y - z = 27 -> (5, 3, -2); the zero pivot in
+    # column 0 of row 1 and the larger one in row 2 exercise the row swap
+    assert K._solve3([[1, 1, 1], [0, 2, 5], [2, 5, -1]], [6, -4, 27]) == pytest.approx(
+        [5.0, 3.0, -2.0], rel=1e-12)
+    assert K._solve3([[0, 1, 0], [1, 0, 0], [0, 0, 4]], [7, 3, 8]) == pytest.approx(
+        [3.0, 7.0, 2.0], rel=1e-12)
+
+
+def test_cost_model_fit_by_hand():
+    rows, ys = K.cost_fit_points(HW)
+    # 6 chunk sizes x 3 prefixes + 3 batch sizes x 2 contexts; the first chunk: c = 128,
+    # p = 0: 128 * 129 / 2 = 8256 pairs; the last decode row: 128 x (2048 + 1) pairs
+    assert len(rows) == 24 and rows[0] == (8256.0, 128.0, 1.0)
+    assert rows[-1] == (128 * 2049.0, 128.0, 1.0)
+    # toy stage (k = 2): 0.5 FLOP per token at 100 FLOP/s, weights 500 B at 1000 B/s, no
+    # attention: every row is compute-bound (c >= 128: 0.005 c >= 0.64 > 0.5) except the
+    # decode batches of 8 and 32 (0.04, 0.16 < 0.5: weight-bound, 0.5 s) -> not linear.
+    # Weights free instead: y = 0.005 tokens exactly -> a = 0 (clipped), b = 0.005, g = 0.
+    a, b, g = K.fit_cost_model(HW._replace(weight_bytes=0.0))
+    assert a == pytest.approx(0.0, abs=1e-15) and b == pytest.approx(0.005, rel=1e-9)
+    assert g == pytest.approx(0.0, abs=1e-9)
+    # all weight-bound (FLOPs free): y = 0.5 s on every row -> a = b = 0, g = 0.5
+    a, b, g = K.fit_cost_model(HW._replace(dense_flops_per_token=0.0))
+    assert (a, b) == pytest.approx((0.0, 0.0), abs=1e-12) and g == pytest.approx(0.5)
+    # the real device: the solution is the least-squares one (residual orthogonal to
+    # every column; no coefficient clipped there)
+    from hardware import get_device, get_model
+    hw = K.roofline_of(get_model("qwen-2.5-14b"), get_device("a100-80gb"))
+    coef = K.fit_cost_model(hw)
+    assert all(v > 0 for v in coef)
+    rows, ys = K.cost_fit_points(hw)
+    X, y = np.asarray(rows), np.asarray(ys)
+    res = y - X @ np.asarray(coef)
+    for j in range(3):
+        assert abs(X[:, j] @ res) <= 1e-9 * np.abs(X[:, j]) @ np.abs(y), j

@@ -238,6 +238,19 @@ def test_fifo_oldest_stream_first_proportional_over_old_groups():
     assert math.isclose(s1["lost"], 0.7 / 3 + 0.14)
     assert math.isclose(s1["U"] + s1["lost"], 2.0)
     assert out["preemptions"] == 0 and out["finish_iter"].tolist() == [1, 1]
+    assert out["fluid_evicted"] == [2.0, 0.0]
+    # with the JAX family's margin (fluid_extra = (0.01, 1e-5)): evict 2 + 0.01 + 9e-5
+    # = 2.01009: r0's p0 (1), then r1's four old tokens lose 1.01009 / 4 each
+    # (kept 0.7474775): old_x gid0 1.494955, gid5 and gid10 0.7474775; K = 6.98991.
+    out, _ = run("fifo", [3, 6], [2, 2], capacity=9,
+                 gids={0: [0, 0, 0], 1: [0, 0, 5, 10, 0, 0]}, fluid_extra=(0.01, 1e-5))
+    s1 = snap(out, 1)
+    r0, r1 = s1["streams"][0], s1["streams"][1]
+    assert r0["old_x"].sum() == 0.0
+    assert math.isclose(r1["old_x"][0], 1.494955) and math.isclose(r1["old_x"][5],
+                                                                     0.7474775)
+    assert math.isclose(r1["old_x"][10], 0.7474775) and math.isclose(s1["K"], 6.98991)
+    assert math.isclose(out["fluid_evicted"][0], 2.01009) and out["fluid_evicted"][1] == 0
 
 
 def test_fifo_preempts_the_latest_when_old_tokens_run_out():
@@ -277,6 +290,7 @@ def test_lru_unused_classes_first_then_used_oldest_stream_first():
     assert r1["old_x"][15] == 1.0 and r1["old_x"][0] == 0.0
     assert math.isclose(s1["K"], 8.0)
     assert math.isclose(s1["lost"], 6.3 / 19 + 0.7 / 11)
+    assert out["fluid_evicted"] == [2.0, 1.0]  # unused classes 2, then used ones 1
     out_f, _ = run("fifo", [5, 4, 2], [2, 2, 2], capacity=11,
                    gids={0: [15, 15, 0, 0, 0], 1: [0, 15, 0, 0]})
     f1 = snap(out_f, 1)

@@ -29,9 +29,27 @@ CASES = [
      "tiers"),
     ("h2o", "azure-llm-2023-conv.csv", 0, 48, 2500, {"k": 64.0, "r": 8.0}, "evicted"),
     ("no-evict", "azure-llm-2023-conv.csv", 0, 48, 2500, {}, "preemptions"),
-    ("lru", "azure-llm-2023-conv.csv", 0, 48, 2500, {}, "evicted"),
+    ("fifo", "azure-llm-2023-conv.csv", 0, 48, 2500, {}, "evicted"),
+    # prompts clipped to 100 tokens, 400-token capacity: 16 long-decoding streams, so
+    # lru runs out of unused-class old tokens and evicts used-class ones (its 2nd phase)
+    ("lru", "azure-llm-2023-conv.csv", 0, 48, 400, {}, "lru_used", {"max_prompt": 100}),
 ]
 FLUID = ("fifo", "lru")  # fluid eviction (fifo: the same code path as lru's second tier)
+# fifo / lru evict `over + 0.01 + 1e-5 C` tokens (models/eviction/step.py: a margin so
+# that float32 sums cannot stay above the capacity; the spec fixes only K + growth <= C
+# after the pass): the reference is told the same amount (its Interpretation 8).
+FLUID_EXTRA = (0.01, 1e-5)
+# Their kept amounts are fractions: float32 per (stream, group) in JAX, float64 per token
+# in the reference, so the same proportional evictions round differently and cannot be
+# bit-equal. A group holds at most ~1,500 tokens here (float32 spacing <= 1.2e-4) and is
+# rescaled at every eviction over ~800 iterations: measured max |difference| 4.1e-4
+# tokens (fifo), 7.7e-5 (lru; 3.2e-4 for lru in fifo's case), so 2e-3. (Not covered by
+# it: a pass where the reference's K + growth is exactly C and JAX's float32 sum rounds
+# above it would evict the 0.01 + 1e-5 C margin in JAX only; none occurs in these
+# cases, the test would show it.) Everything else is compared
+# exactly: token counts per group, ring groups, ring kept flags (never evicted: exactly
+# 1), status, gen, admission and finish iterations, preemptions.
+FLUID_ATOL = 2e-3
 
 
 def _jax_view(sl, n):
@@ -57,8 +75,9 @@ def _ref_view(streams):
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[1][:7]}" for c in CASES])
 def test_histogram_state_equals_token_level_reference(case):
-    system, trace, start, n, cap, over, exercised = case
-    wl = trace_workload(trace, start, n, max_len=512, max_prompt=1500)
+    system, trace, start, n, cap, over, exercised, *wl_over = case
+    wl = trace_workload(trace, start, n, max_len=512,
+                        **{"max_prompt": 1500, **(wl_over[0] if wl_over else {})})
     cfg = config(cap, n_slots=16, admit_window=8, max_len=512, max_prefill=2048.0,
                  watermark=float(np.floor(0.01 * cap)))
     params = get_system(system).default_params(512, HW)
@@ -79,9 +98,10 @@ def test_histogram_state_equals_token_level_reference(case):
         n_slots=cfg.n_slots, max_batch=int(cfg.max_batch),
         max_prefill=float(cfg.max_prefill), capacity=float(cfg.capacity_tokens),
         watermark=float(cfg.watermark_tokens), step_time=it, window=W, snapshots=True,
-        tier_bounds=opts.family.tier_bounds)
+        tier_bounds=opts.family.tier_bounds,
+        fluid_extra=FLUID_EXTRA if system in FLUID else (0.0, 0.0))
     st = fam.init(inputs, p, 0.0, opts)
-    tol = 0.05 if system in FLUID else 0.0
+    tol = FLUID_ATOL if system in FLUID else 0.0
     for snap in ref["snapshots"]:
         st = stepf(st)
         assert float(st.clock) == pytest.approx(snap["clock"], rel=1e-6), snap["it"]
@@ -98,22 +118,23 @@ def test_histogram_state_equals_token_level_reference(case):
             np.testing.assert_allclose(gx, wx, atol=tol, err_msg=f"it {snap['it']} req {r}")
             assert {q: g for q, (g, _) in gring.items()} == {q: g for q, (g, _) in
                                                               wring.items()}
-            for q in wring:
-                assert gring[q][1] == pytest.approx(wring[q][1], abs=tol), (snap["it"], r, q)
+            for q in wring:  # ring kept flags: exact in every system
+                assert gring[q][1] == wring[q][1], (snap["it"], r, q)
     acc = st.acc
     np.testing.assert_array_equal(np.asarray(st.rec.admit_iter)[:n], ref["admit_iter"][:n])
     np.testing.assert_array_equal(np.asarray(st.rec.finish_iter)[:n], ref["finish_iter"][:n])
     assert float(acc.preemptions) == ref["preemptions"]
     assert float(acc.restored) == ref["restored"]
     assert float(acc.queries) == ref["queries"]
-    rel = 1e-2 if system in FLUID else 1e-4
-    assert float(acc.lost) == pytest.approx(ref["lost"], rel=rel, abs=1e-3)
-    assert float(acc.oracle - acc.utility) == pytest.approx(ref["regret"], rel=rel, abs=1e-3)
+    assert float(acc.lost) == pytest.approx(ref["lost"], rel=1e-4, abs=1e-3)
+    assert float(acc.oracle - acc.utility) == pytest.approx(ref["regret"], rel=1e-4,
+                                                              abs=1e-3)
     assert float(acc.viol_signed) == pytest.approx(ref["violation_signed"], rel=1e-4)
-    assert float(acc.peak_kv) == pytest.approx(ref["peak_kept"], abs=0.05)
+    assert float(acc.peak_kv) == pytest.approx(ref["peak_kept"], abs=FLUID_ATOL)
     assert ref["completed"] + ref["n_dropped"] == n
     counts = {"restored": ref["restored"], "preemptions": ref["preemptions"],
-              "evicted": ref["lost"], "heap": float(acc.evicted)}
+              "evicted": ref["lost"], "heap": float(acc.evicted),
+              "lru_used": ref["fluid_evicted"][1]}
     if exercised == "tiers":  # every tier had evicted tokens, and some were restored
         tier = np.searchsorted(opts.family.tier_bounds, np.asarray(wl.prompt_tokens),
                                side="right")
