@@ -11,7 +11,10 @@ problem's scenarios) of one system's policy with many interacting parameters:
   vmapped objective (the mean goodput of the four), a problem black-box search pays for
   once per (device, workload) pair.
 * ``tokenpd-tiers``: Token-PD's eta, lambda, mu_0 and delta per priority tier of streams
-  (system ``token-pd-tiers``, 4 tiers, 16 parameters).
+  (system ``token-pd-tiers``, 4 tiers, 16 parameters). The eviction simulator reads no
+  length predictions and the trace's arrivals are replayed, so a seed alone would not
+  change its workload: seed ``s`` takes the trace's ``s``-th window of ``n_requests``
+  (``seed_windows``).
 * ``odma``: the paper's 6 parameters (the low-dimensional reference; not in the default
   run: ``experiments/results/bench_tuners_odma6.md`` holds its figures).
 
@@ -34,7 +37,9 @@ Usage (from the repository root)::
     python -m experiments.bench_tuners --quick --out /tmp/b    # a smoke run (~2 min)
 
 Writes ``bench_tuners.json`` (settings, every evaluation, curves, summary),
-``bench_tuners.md`` (tables, also printed) and ``bench_tuners.png`` (curves) to ``--out``.
+``bench_tuners.md`` (tables, also printed) and ``bench_tuners.png`` (curves) to ``--out``;
+the JSON's ``provenance`` (``tuner.provenance``: command, commit, source fingerprint) is
+stamped as the markdown's last line.
 Set ``JAX_COMPILATION_CACHE_DIR`` to reuse compiled simulators between runs.
 """
 
@@ -62,7 +67,7 @@ from tuner.atomic import (plain, unwritable_reason, write_bytes_atomic, write_js
 __all__ = ["FULL", "METHODS", "PROBLEMS", "QUICK", "BenchConfig", "TuneProblem",
            "best_so_far", "cost_to_reach", "main", "run_task"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: provenance; gradient quality counts "vanishing"
 METHODS = GRADIENT_METHODS + BLACKBOX_METHODS
 
 
@@ -74,6 +79,10 @@ class TuneProblem:
     traces: tuple = ("azure-conv",)
     hardware: tuple = ("mlu370-x4",)
     spec: dict = field(default_factory=dict)  # other ScenarioSpec fields
+    # seed s starts the slice at request s x n_requests (consecutive, disjoint windows):
+    # for a system whose workload the seed does not otherwise change (no length
+    # predictions read, the trace's own arrival times)
+    seed_windows: bool = False
 
     def specs(self, cfg: "BenchConfig", seed: int) -> list:
         from tuner.scenario import ScenarioSpec
@@ -82,6 +91,8 @@ class TuneProblem:
                     max_len=cfg.max_len, tp=cfg.tp)
         base.update(self.spec)
         base["max_batch"] = base["n_slots"]
+        if self.seed_windows:
+            base["offset"] = base.get("offset", 0) + seed * base["n_requests"]
         return [ScenarioSpec(trace=tr, hardware=hw, **base)
                 for hw in self.hardware for tr in self.traces]
 
@@ -93,8 +104,10 @@ PROBLEMS = {p.name: p for p in (
                 spec={"n_requests": 60}),
     # 32 streams on 16,000 KV tokens: memory binds (the device's own capacity would
     # hold every stream's whole context, and eviction would never act)
-    TuneProblem("tokenpd-tiers", "token-pd-tiers", "Token-PD per priority tier",
-                spec={"n_requests": 100, "n_slots": 32, "capacity_tokens": 16000}),
+    TuneProblem("tokenpd-tiers", "token-pd-tiers",
+                "Token-PD per priority tier, seed s: the trace's s-th 100-request window",
+                spec={"n_requests": 100, "n_slots": 32, "capacity_tokens": 16000},
+                seed_windows=True),
     TuneProblem("odma", "odma", "the paper's 6 parameters, one workload"),
 )}
 
@@ -166,13 +179,14 @@ def grad_cost(prob, theta, t: float, reps: int) -> dict:
 
 
 def gradient_quality(prob, theta, cfg: BenchConfig) -> dict:
-    """Per parameter and temperature: coordinates whose relaxed gradient agrees in sign
-    with the exact CRN central difference, disagrees, or has none to agree with."""
-    from tuner.gradcheck import check
+    """Per parameter and temperature: how many coordinates' checks against the exact
+    CRN central difference fall in each class of :func:`tuner.gradcheck.classify` (agree,
+    disagree, vanishing, flat: the fit's rule)."""
+    from tuner.gradcheck import CLASSES, check
 
     coords = prob.space.coords()
     fd = prob.fd(theta, coords, cfg.fd_step)
-    per = {n: {"coords": 0, "by_t": [{"agree": 0, "disagree": 0, "flat": 0}
+    per = {n: {"coords": 0, "by_t": [dict.fromkeys(CLASSES, 0)
                                      for _ in cfg.temperatures]} for n in prob.space.names}
     for n, _ in coords:
         per[n]["coords"] += 1
@@ -180,8 +194,7 @@ def gradient_quality(prob, theta, cfg: BenchConfig) -> dict:
     for k, t in enumerate(cfg.temperatures):
         res, _, _ = check(prob, theta, t, fd, cfg.fd_step)
         for c in res:
-            key = "flat" if c.exact_fd == 0.0 else "agree" if c.sign_agrees else "disagree"
-            per[c.name]["by_t"][k][key] += 1
+            per[c.name]["by_t"][k][c.status] += 1
         raw.append([c.__dict__ for c in res])
     return {"per_parameter": per, "checks": raw}
 
@@ -328,7 +341,10 @@ def main(argv=None) -> int:
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    doc = {"schema_version": SCHEMA_VERSION, "settings": cfg.to_dict(),
+    from tuner.provenance import provenance
+
+    doc = {"schema_version": SCHEMA_VERSION, "provenance": provenance(),
+           "settings": cfg.to_dict(),
            "methods": list(cfg.methods),
            "problems": [dict(dataclasses.asdict(PROBLEMS[p])) for p in cfg.problems],
            "seeds": [cfg.first_seed + k for k in range(cfg.seeds)],

@@ -81,6 +81,9 @@ def _ratio(reach: dict, method: str) -> dict:
     if g is None:
         return {"value": None, "bound": None, "versus": None,
                 "note": f"{method} did not reach the 1% band in at least half the seeds"}
+    if not bb:
+        return {"value": None, "bound": None, "versus": None,
+                "note": "neither TPE nor CMA-ES was run"}
     if not got:
         spent = max(reach[m]["spent_max"] for m in bb)
         return {"value": None, "bound": spent / g, "versus": None,
@@ -159,11 +162,13 @@ def _reach_table(doc) -> list[str]:
 
 def _quality_table(doc) -> list[str]:
     lines = ["| problem | parameter | coords | " + " | ".join(
-        f"T={t:g}: agree/disagree/flat" for t in doc["settings"]["temperatures"]) + " |",
-        "|---|---|---:|" + "---|" * len(doc["settings"]["temperatures"])]
+        f"T={t:g}: agree/disagree/vanishing/flat" for t in doc["settings"]["temperatures"])
+        + " |", "|---|---|---:|" + "---|" * len(doc["settings"]["temperatures"])]
     for pb, q in doc["gradient_quality"].items():
         for name, row in q["per_parameter"].items():
-            cells = [f"{c['agree']}/{c['disagree']}/{c['flat']}" for c in row["by_t"]]
+            # results written before the vanishing class counted it as agree
+            cells = [f"{c['agree']}/{c['disagree']}/{c.get('vanishing', '-')}/{c['flat']}"
+                     for c in row["by_t"]]
             lines.append(f"| {pb} | {name} | {row['coords']} | " + " | ".join(cells) + " |")
     return lines
 
@@ -199,13 +204,22 @@ def _why(doc) -> list[str]:
             cold = [r["by_t"][-1] for r in rows]
             flat = sum(c["flat"] for c in cold)
             agree = sum(c["agree"] for c in cold)
+            van = sum(c.get("vanishing", 0) for c in cold)
             line += (f" At the start, {flat} of {n} coordinates have an exact difference "
                      f"of 0 (the exact objective is flat there at step "
                      f"{doc['settings']['fd_step']}: a relaxed slope predicts no exact "
-                     f"gain) and {agree} of the other {n - flat} agree in sign at "
-                     f"T={doc['settings']['temperatures'][-1]:g}.")
+                     f"gain) and {agree} of the other {n - flat} agree at "
+                     f"T={doc['settings']['temperatures'][-1]:g}"
+                     + (f" ({van} more have a vanishing relaxed derivative)" if van
+                        else "") + ".")
         out.append(line)
     return out + [""]
+
+
+def _vanishing() -> float:
+    from tuner.gradcheck import VANISHING_RATIO
+
+    return VANISHING_RATIO
 
 
 def render_markdown(doc: dict) -> str:
@@ -257,9 +271,13 @@ def render_markdown(doc: dict) -> str:
     lines += _why(doc) + ["## Gradient quality per parameter", "",
               "At each problem's start policy (first seed): the relaxed gradient of the "
               "log objective at each temperature against exact CRN central finite "
-              f"differences (step {cfg['fd_step']} in theta) per coordinate; 'flat': the "
-              "exact difference is 0 (nothing to agree with). Not charged to any "
-              "method.", ""]
+              f"differences (step {cfg['fd_step']} in theta) per coordinate, classified "
+              "by `tuner.gradcheck.classify` (the fit's rule): 'flat', the exact "
+              "difference is 0 up to float32 rounding (nothing to agree with); "
+              f"'vanishing', the relaxed derivative is under {_vanishing():.0%} of the "
+              "exact difference "
+              "(treated like 'disagree': exact differences for it); else 'agree' or "
+              "'disagree' by sign. Not charged to any method.", ""]
     lines += _quality_table(doc)
     lines += [""]
     for pb in s["to_within_1pct"]:
@@ -292,6 +310,10 @@ def render_markdown(doc: dict) -> str:
                      + f" | {t['grad_cost']:.2f} | {walls} |")
     lines += ["", "Final columns: the best exact objective each method reached with its "
               "whole budget (the gradient tuners: every exact evaluation they made)."]
+    if doc.get("provenance"):
+        from tuner.provenance import stamp_text
+
+        lines += ["", stamp_text(doc["provenance"])]
     return "\n".join(lines) + "\n"
 
 

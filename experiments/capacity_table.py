@@ -42,6 +42,7 @@ from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from tuner.atomic import plain, savefig_atomic, write_json_atomic, write_text_atomic  # noqa: E402
+from experiments.results_io import png_metadata, stamp_markdown, stamped  # noqa: E402
 
 __all__ = ["CASES", "QUICK_ARGS", "POLICIES", "main", "run", "render_markdown",
            "render_png", "summarise_case"]
@@ -79,7 +80,7 @@ CHART_POLICIES = ("tuned", "default", "static", "paged")
 KEEP = ("slo_attainment", "ttft_p99_s", "tpot_p99_s", "saturation_tps", "goodput_scale")
 COLORS = {"tuned": "tab:red", "default": "tab:brown", "static": "tab:gray",
           "paged": "tab:green", "s3": "tab:orange"}
-OUTCOMES = ("win", "tie", "loss")
+OUTCOMES = ("win", "tie", "loss", "undetermined")
 
 
 def _log(msg: str) -> None:
@@ -266,8 +267,10 @@ def run(names: list[str], out_dir: Path, quick: bool = False,
 
 
 def write_outputs(res: dict, out_dir: Path) -> None:
+    res = stamped(res)
     write_json_atomic(out_dir / "capacity_table.json", plain(res), sort_keys=False)
-    write_text_atomic(out_dir / "capacity_table.md", render_markdown(res))
+    write_text_atomic(out_dir / "capacity_table.md",
+                      stamp_markdown(render_markdown(res), res["provenance"]))
     render_png(res, out_dir / "capacity_table.png")
 
 
@@ -333,10 +336,11 @@ def findings(res: dict) -> dict:
 
 
 def _group_line(r: dict) -> str:
-    ci = r.get("ci") or [None, None]
+    ci = r.get("ci")
     return (f"{r['case']} (tuned {_num(r['tuned'])} vs {r['against']} {_num(r['other'])} "
-            f"req/s, {_pct(r['relative'])}; paired 95% interval of the difference "
-            f"[{_num(ci[0], '.3g')}, {_num(ci[1], '.3g')}])")
+            f"req/s, {_pct(r['relative'])}; " + (
+                f"paired 95% interval of the difference [{_num(ci[0], '.3g')}, "
+                f"{_num(ci[1], '.3g')}])" if ci else "no interval)"))
 
 
 def _findings_md(res: dict) -> list[str]:
@@ -350,7 +354,9 @@ def _findings_md(res: dict) -> list[str]:
                     "than the default)",
              "tie": "Indistinguishable (no baseline and not the default is better; tuned "
                     "is not better than every baseline)",
-             "loss": "A baseline or the default wins (better than tuned on held-out data)"}
+             "loss": "A baseline or the default wins (better than tuned on held-out data)",
+             "undetermined": "Undetermined (too few independent held-out samples, or "
+                             "paired differences all equal: no interval)"}
     for o in OUTCOMES:
         rows = f[o]
         L.append(f"- {heads[o]}: {len(rows)} of {n} case(s)"
@@ -469,7 +475,8 @@ def render_png(res: dict, path) -> None:
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    savefig_atomic(fig, path, dpi=110)
+    meta = {"metadata": png_metadata(res["provenance"])} if "provenance" in res else {}
+    savefig_atomic(fig, path, dpi=110, **meta)
     plt.close(fig)
 
 

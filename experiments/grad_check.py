@@ -3,8 +3,9 @@
 For each coordinate of the unconstrained parameter vector theta, compares the relaxed
 gradient of the log objective (what the tuner climbs; :meth:`Objective.log_value`) with (a) central finite differences of the relaxed simulator at the same
 temperature (implementation check) and (b) central finite differences of the exact
-simulator under common random numbers (bias check), and reports sign agreement and
-relative error, all of the log objective. ``python -m experiments.grad_check --out DIR`` writes grad_check.json and
+simulator under common random numbers (bias check), and reports each check's class
+(:func:`tuner.gradcheck.classify`: agree, disagree, vanishing, flat; the rule the fit
+uses) and relative error, all of the log objective. ``python -m experiments.grad_check --out DIR`` writes grad_check.json and
 grad_check.md.
 """
 
@@ -17,6 +18,8 @@ from pathlib import Path
 import jax.numpy as jnp
 
 from tuner.atomic import write_json_atomic, write_text_atomic
+from tuner.gradcheck import FLAT_TOL, VANISHING_RATIO, classify
+from tuner.provenance import provenance, stamp_text
 from tuner.fitting import FitSettings, build_problem
 from tuner.scenario import ScenarioSpec
 
@@ -24,9 +27,9 @@ __all__ = ["run", "main"]
 
 
 def _cmp(g, fd):
-    tiny = 1e-9
-    return {"fd": fd, "sign_agrees": bool((g > 0) == (fd > 0) or abs(fd) < tiny),
-            "rel_error": abs(g - fd) / max(abs(fd), tiny)}
+    status = classify(g, fd)
+    return {"fd": fd, "status": status, "usable": status in ("agree", "flat"),
+            "rel_error": abs(g - fd) / max(abs(fd), FLAT_TOL)}
 
 
 def run(spec: ScenarioSpec, system: str, objective: str, temps, crn: int,
@@ -58,16 +61,25 @@ def to_markdown(res: dict) -> str:
            f"theta steps: relaxed FD {res['h_relaxed']}, exact FD {res['h_exact']} "
            f"(CRN workloads: {res['crn']}). Gradients and finite differences are of the "
            "log objective (mean over the CRN workloads), the quantity the tuner climbs.",
-           "",
-           "| T | param | relaxed grad | relaxed FD | sign | rel.err | exact FD | sign "
+           "", f"Check (`tuner.gradcheck.classify`, the fit's rule): flat when "
+           f"|FD| <= {FLAT_TOL:g}, vanishing when |relaxed grad| < {VANISHING_RATIO:g} x "
+           "|FD|, else agree or disagree by sign; the fit uses exact differences for "
+           "vanishing and disagreeing coordinates.", "",
+           "| T | param | relaxed grad | relaxed FD | check | rel.err | exact FD | check "
            "| rel.err |", "|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         a, b = r["implementation"], r["bias"]
         out.append(f"| {r['temperature']:g} | {r['param']} | {r['grad']:+.4g} | "
-                   f"{a['fd']:+.4g} | {'ok' if a['sign_agrees'] else 'NO'} | "
+                   f"{a['fd']:+.4g} | {_word(a)} | "
                    f"{a['rel_error']:.2f} | {b['fd']:+.4g} | "
-                   f"{'ok' if b['sign_agrees'] else 'NO'} | {b['rel_error']:.2f} |")
+                   f"{_word(b)} | {b['rel_error']:.2f} |")
+    if res.get("provenance"):
+        out += ["", stamp_text(res["provenance"])]
     return "\n".join(out) + "\n"
+
+
+def _word(c: dict) -> str:
+    return c["status"] if c["usable"] else f"**{c['status']}**"
 
 
 def main(argv=None) -> int:
@@ -88,6 +100,7 @@ def main(argv=None) -> int:
                             max_batch=a.slots)
         temps = [float(x) for x in a.temperatures.split(",")]
         res = run(spec, a.system, a.objective, temps, a.crn, a.h_relaxed, a.h_exact)
+        res = {"provenance": provenance(), **res}
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,5 +1,7 @@
 """The tuner benchmark: scoring and target logic on synthetic tasks, argument checks,
-and (slow) a quick end-to-end run's JSON structure."""
+seeds that change each problem's workload, a tiny end-to-end run's JSON (schema,
+provenance, every method's budget accounting, the gradient-check classes) and (slow) the
+quick run's."""
 
 import json
 import math
@@ -120,7 +122,8 @@ def test_quick_run_writes_comparable_monotone_curves(tmp_path):
     assert sum(r["coords"] for r in q.values()) == 34
     for r in q.values():
         for c in r["by_t"]:
-            assert c["agree"] + c["disagree"] + c["flat"] == r["coords"]
+            assert sum(c[k] for k in ("agree", "disagree", "vanishing", "flat")) == \
+                r["coords"]
     assert all(math.isfinite(x) for x in s["budgets"])
 
 
@@ -129,3 +132,133 @@ def test_an_output_path_that_is_a_file_exits_2_before_any_work(tmp_path, capsys)
     out.write_text("x")
     assert bt.main(["--quick", "--out", str(out)]) == 2
     assert "not a directory" in capsys.readouterr().err and out.read_text() == "x"
+
+
+@pytest.mark.needs_traces("azure-llm-2023-conv.csv")
+def test_tokenpd_tiers_seeds_build_different_workloads():
+    """The eviction simulator reads arrivals, prompts and outputs (no predictions), and
+    the trace's arrivals are replayed: each seed must take other requests."""
+    import numpy as np
+
+    from tuner.scenario import build_scenario
+
+    pb = bt.PROBLEMS["tokenpd-tiers"]
+    seen = []
+    for seed in range(bt.FULL.seeds):
+        (spec,) = pb.specs(bt.FULL, seed)
+        wl = build_scenario(spec).workload
+        seen.append((spec.offset, np.asarray(wl.prompt_tokens),
+                     np.asarray(wl.output_tokens), np.asarray(wl.arrival_s)))
+    offsets = [s[0] for s in seen]
+    assert len(set(offsets)) == len(offsets)
+    for i in range(len(seen)):
+        for j in range(i):
+            assert not all(np.array_equal(a, b) for a, b in zip(seen[i][1:], seen[j][1:]))
+
+
+# a run small enough for the default suite (~45 s of one core, XLA compiles mostly): the
+# paper's 6-parameter ODMA on 20 requests, 1 seed, the gradient tuner (1 step) and
+# random search (2 evaluations; no TPE or CMA-ES to compare with)
+TINY = ["--problems", "odma", "--seeds", "1", "--methods", "gradient", "random",
+        "--n-requests", "20", "--max-len", "512", "--n-slots", "16", "--grad-steps", "1",
+        "--check-every", "1",
+        "--check-dirs", "1", "--budget", "2", "--batch", "2", "--timing-reps", "1",
+        "--temperatures", "0.3", "0.1", "--objective", "tps_mig", "--jobs", "1"]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench_tuners")
+    assert bt.main(TINY + ["--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.needs_traces("azure-llm-2023-conv.csv")
+def test_tiny_run_accounts_every_methods_budget(tiny_run):
+    from tuner.gradcheck import CLASSES, classify
+
+    for ext in ("json", "md", "png"):
+        assert (tiny_run / f"bench_tuners.{ext}").stat().st_size > 0
+    doc = json.loads((tiny_run / "bench_tuners.json").read_text())
+    cfg = doc["settings"]
+    assert doc["schema_version"] == bt.SCHEMA_VERSION == 3
+    assert doc["methods"] == ["gradient", "random"] == list(cfg["methods"])
+    assert doc["seeds"] == [0] and [p["name"] for p in doc["problems"]] == ["odma"]
+    (t,) = doc["tasks"]
+    assert t["dim"] == 6 and t["grad_cost"] > 0 and t["unit_request_iterations"] > 0
+    found = [v for r in t["runs"].values() for v in r["value"] if v is not None]
+    assert t["best_objective"] == max(found)
+    for m, r in t["runs"].items():
+        assert r["cost"] == sorted(r["cost"]) and r["cost"][-1] <= r["spent"] + 1e-6, m
+        assert len(r["cost"]) == len(r["value"]) and r["wall_s"] > 0, m
+    # random search: exactly its budget, one exact evaluation each, the start first
+    rnd = t["runs"]["random"]
+    assert rnd["spent"] == pytest.approx(cfg["budget"]) and len(rnd["value"]) == 2
+    assert rnd["cost"] == pytest.approx([1.0, 2.0])
+    assert rnd["value"][0] == pytest.approx(t["default_objective"])
+    # the gradient tuner: every exact evaluation (start, 2 per checked direction, one
+    # exact check) in full, and each relaxed gradient (one per checked temperature and
+    # per step) at the measured ratio
+    g = t["runs"]["gradient"]
+    assert len(g["value"]) == 1 + 2 * cfg["check_dirs"] + 1
+    n_grads = len(cfg["temperatures"]) + cfg["grad_steps"]
+    assert g["spent"] == pytest.approx(len(g["value"]) + t["grad_cost"] * n_grads,
+                                       rel=1e-6)
+    # gradient quality: the four classes of the shared rule, counted from its checks
+    q = doc["gradient_quality"]["odma"]
+    assert sum(r["coords"] for r in q["per_parameter"].values()) == 6
+    for k in range(len(cfg["temperatures"])):
+        want = dict.fromkeys(CLASSES, 0)
+        for c in q["checks"][k]:
+            assert c["status"] == classify(c["relaxed"], c["exact_fd"])
+            want[c["status"]] += 1
+        got = dict.fromkeys(CLASSES, 0)
+        for r in q["per_parameter"].values():
+            for c in CLASSES:
+                got[c] += r["by_t"][k][c]
+        assert got == want
+    # provenance at the top level, stamped as the markdown's last line
+    from tuner.provenance import stamp_text
+
+    prov = doc["provenance"]
+    assert "experiments" in json.dumps(prov["sources"]["files"])
+    assert "experiments/bench_tuners.py" in prov["sources"]["files"]
+    md = (tiny_run / "bench_tuners.md").read_text()
+    assert md.rstrip("\n").splitlines()[-1] == stamp_text(prov)
+    assert "agree/disagree/vanishing/flat" in md
+
+
+def test_gradient_quality_counts_the_shared_rules_classes():
+    """Per parameter and temperature, the four classes of tuner.gradcheck.classify; a
+    relaxed derivative of -1.7e-13 against an exact -7.75 counts as vanishing."""
+    import numpy as np
+
+    exact = {("a", 0): 1.0, ("a", 1): -7.75, ("b", 0): 2.0, ("b", 1): 0.0}
+    relaxed = {"a": np.array([0.5, -1.7e-13]), "b": np.array([-1.0, 3.0])}
+
+    class Space:
+        names = ("a", "b")
+
+        def coords(self):
+            return list(exact)
+
+    class Prob:
+        space = Space()
+
+        def fd(self, theta, coords, h, **kw):
+            return {c: exact[c] for c in coords}
+
+        def grad(self, theta, t):
+            return 0.0, relaxed, {"log_objective": 0.0}
+
+    cfg = bt.BenchConfig(temperatures=(0.3, 0.1))
+    q = bt.gradient_quality(Prob(), {}, cfg)
+    for k in range(2):
+        assert q["per_parameter"]["a"]["by_t"][k] == {"agree": 1, "disagree": 0,
+                                                      "vanishing": 1, "flat": 0}
+        assert q["per_parameter"]["b"]["by_t"][k] == {"agree": 0, "disagree": 1,
+                                                      "vanishing": 0, "flat": 1}
+    assert q["per_parameter"]["a"]["coords"] == 2
+    md = "\n".join(rep._quality_table({"settings": {"temperatures": [0.3, 0.1]},
+                                       "gradient_quality": {"p": q}}))
+    assert "| p | a | 2 | 1/0/1/0 | 1/0/1/0 |" in md

@@ -14,6 +14,7 @@ import numpy as np
 
 from models import get_system, validate_params
 from tuner.policy import SCHEMA, load_policy
+from tuner.validation import OUTCOMES
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -47,7 +48,7 @@ def _check_policy(out: Path):
     raw = json.loads(out.read_text())
     doc = load_policy(out)  # schema, fields, scenario and params validated
     assert raw["schema"] == doc["schema"] == SCHEMA and raw["system"] == "odma"
-    assert doc["verdict"]["outcome"] in ("win", "tie", "loss") and doc["verdict"]["sentence"]
+    assert doc["verdict"]["outcome"] in OUTCOMES and doc["verdict"]["sentence"]
     spec = get_system(raw["system"])
     checked = validate_params(spec, raw["params"], raw["scenario"]["max_len"] or 16384)
     assert set(raw["params"]) == set(checked)

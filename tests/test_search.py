@@ -191,7 +191,8 @@ def _fake_validate(tuned_wins: bool, seen: list):
             v = 100.0 if (name == "tuned") == tuned_wins else 50.0
             m = {"objective": v, "samples": 3, "ci": {"objective": [v - 1, v + 1]}}
             out[name] = {**m, "system": sys_name, "whole_trace": dict(m),
-                         "objective_per_sample": [v - 1, v, v + 1]}
+                         # paired differences that vary (equal ones: undetermined)
+                         "objective_per_sample": [v - 1, v, v + 1 + (name == "tuned")]}
         return out
     return fake
 

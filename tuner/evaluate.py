@@ -167,8 +167,35 @@ SCENARIO_KEYS = ("trace", "hardware", "model", "tp", "capacity_tokens", "rate",
                  "enforce_eager")
 
 
+# flags whose value must be a positive integer (an integer >= the bound), checked with
+# the flag named before anything is derived from them (0 is refused, not replaced)
+_INT_FLAGS = {"tp": ("--tp", 1), "capacity_tokens": ("--capacity-tokens", 1),
+              "n_requests": ("--n-requests", 1), "offset": ("--offset", 0),
+              "seed": ("--seed", 0), "max_len": ("--max-len", 1),
+              "n_slots": ("--slots", 16), "max_batch": ("--max-batch", 1),
+              "max_model_len": ("--max-model-len", 1), "block_size": ("--block-size", 1)}
+_POSITIVE_FLAGS = {"rate": "--rate", "ttft_slo_s": "--ttft-slo", "tpot_slo_s": "--tpot-slo",
+                   "slo_scale": "--slo-scale"}
+
+
+def check_flags(args) -> None:
+    """One ``ValueError`` naming the first scenario flag with a value no scenario can
+    have: integers below their bound, rates and SLOs that are not finite numbers > 0."""
+    for key, (flag, low) in _INT_FLAGS.items():
+        v = getattr(args, key, None)
+        if v is not None and v < low:
+            what = ("a positive integer" if low == 1 else
+                    "an integer >= 0" if low == 0 else f"an integer >= {low}")
+            raise ValueError(f"{flag} {v}: must be {what}")
+    for key, flag in _POSITIVE_FLAGS.items():
+        v = getattr(args, key, None)
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise ValueError(f"{flag} {v}: must be a finite number > 0")
+
+
 def spec_from_args(args, base: ScenarioSpec | None = None) -> ScenarioSpec:
     base = base or ScenarioSpec()
+    check_flags(args)
     over = {k: getattr(args, k) for k in SCENARIO_KEYS if getattr(args, k, None) is not None}
     if "n_slots" in over and "max_batch" not in over:
         over["max_batch"] = over["n_slots"]
@@ -228,7 +255,7 @@ def main(argv=None) -> int:
         return 2
     m.update(system=system, mode=args.mode, temperature=temp,
              predictions=sc.prediction_source, workload=sc.summary,
-             fingerprint=sc.fingerprint)
+             fingerprint=sc.fingerprint, warnings=list(sc.warnings))
     if args.json:
         print(json.dumps(plain(m), indent=2, sort_keys=True))
     else:

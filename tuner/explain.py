@@ -212,7 +212,16 @@ def render(doc: dict) -> str:
     out += _metrics(doc)
     sentence = _get(doc, "verdict", "sentence")
     if sentence:
-        out += ["", f"Verdict: {sentence}"]
+        outcome = _get(doc, "verdict", "outcome")
+        out += ["", f"Verdict ({outcome}): {sentence}" if isinstance(outcome, str)
+                else f"Verdict: {sentence}"]
+        if outcome == "undetermined":  # written only with --export-anyway
+            n, k = _get(doc, "verdict", "n_samples"), _get(doc, "verdict", "n_independent")
+            out.append("The held-out data cannot decide between the tuned policy and the "
+                       "others (not a tie: no interval could be drawn"
+                       + (f"; {k} independent of {n} held-out samples" if k is not None
+                          and n is not None else "") + "); tuner.fit exported it only "
+                       "because --export-anyway was given.")
     return "\n".join(out) + "\n"
 
 

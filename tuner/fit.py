@@ -13,7 +13,11 @@ seeds, and on the whole slice. The default objective is goodput (``tuner.capacit
 family's own ``default_objective`` (the dropping family: p99 TTFT under a TPOT SLO).
 The policy file is written only when no baseline and not the default is better on
 held-out data (exit 3 otherwise, nothing written; ``--export-anyway`` writes it and
-exits 0, the verdict recorded in the file).
+exits 0, the verdict recorded in the file). A verdict the held-out data cannot decide
+(``undetermined``: fewer than two independent held-out samples, e.g. held-out seeds that
+do not change a workload with its own arrival times, or paired differences that are all
+equal) prints why, with no interval, and exits 4 with nothing written (``--export-anyway``
+writes it and exits 0).
 """
 
 from __future__ import annotations
@@ -24,21 +28,25 @@ if __name__ == "__main__":  # progress from the first second: the imports take ~
     print("tuner.fit: starting", file=sys.stderr, flush=True)
 
 import argparse  # noqa: E402
-import os  # noqa: E402
+import io  # noqa: E402
+import math  # noqa: E402
+import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from tqdm import tqdm  # noqa: E402
 
-from tuner.atomic import write_json_atomic  # noqa: E402
+from tuner.atomic import unwritable_reason, write_json_atomic, write_text_atomic  # noqa: E402,E501
 from tuner.evaluate import add_scenario_args, spec_from_args  # noqa: E402
 from tuner.fitting import AUTO_COORDS, CHECKS, FitSettings, fit  # noqa: E402
 from tuner.problem import FD_SCHEMES  # noqa: E402
 from tuner.search import SEARCH_METHODS, check_method, search_fit  # noqa: E402
 
-__all__ = ["METHODS", "main", "check_out"]
+__all__ = ["METHODS", "EXIT_CODES", "main", "check_out"]
 
 METHODS = ("gradient", "hybrid", *SEARCH_METHODS)
 HYBRID_EXPLORE = 8  # --explore of --method hybrid unless given
+# verdicts that export nothing without --export-anyway, and the fit's exit code for each
+EXIT_CODES = {"loss": 3, "undetermined": 4}
 
 
 def _args(argv):
@@ -90,28 +98,71 @@ def _args(argv):
     ap.add_argument("--out", default="policy.json")
     ap.add_argument("--resume", action="store_true", help="continue from OUT.ckpt")
     ap.add_argument("--export-anyway", action="store_true",
-                    help="write the policy even when a baseline or the default wins")
+                    help="write the policy even when a baseline or the default wins "
+                    "(else exit 3) or the verdict is undetermined (else exit 4)")
+    ap.add_argument("--log", default=None, metavar="FILE",
+                    help="also write everything the fit prints to FILE (first line: the "
+                    "command, commit and source fingerprint), at the end of the run")
     ap.add_argument("--quiet", action="store_true")
     add_scenario_args(ap)
     return ap.parse_args(argv)
 
 
-def check_out(out: Path) -> Path:
-    """The checkpoint path of ``out``, after checking that both can be written."""
-    if out.is_dir():
-        raise ValueError(f"--out {out}: is a directory; give a file path such as "
-                         f"{out / 'policy.json'}")
-    parent = out.parent if str(out.parent) else Path(".")
+def check_file(path: Path, flag: str = "--out") -> None:
+    """Raise ValueError unless ``path`` can be written as a file later: not a
+    directory, and its folder exists and is writable or can be created. Creates
+    nothing (the folder is made when the file is written)."""
+    path = Path(path)
+    if path.is_dir():
+        name = "fit.log" if flag == "--log" else "policy.json"
+        raise ValueError(f"{flag} {path}: is a directory; give a file path such as "
+                         f"{path / name}")
+    parent = path.parent if str(path.parent) else Path(".")
     for up in (parent, *parent.parents):
         if up.exists() and not up.is_dir():
-            raise ValueError(f"--out {out}: {up} is not a directory")
-    parent.mkdir(parents=True, exist_ok=True)  # e.g. results/policy.json
-    if not os.access(parent, os.W_OK):
-        raise ValueError(f"--out {out}: directory {parent} is not writable")
+            raise ValueError(f"{flag} {path}: {up} is not a directory")
+    why = unwritable_reason(parent)
+    if why:
+        raise ValueError(f"{flag} {path}: directory {parent} {why}")
+
+
+def check_out(out: Path) -> Path:
+    """The checkpoint path of ``out``, after checking that both can be written (nothing
+    is created: the folder of ``out`` is made when a file is first written there)."""
+    check_file(out)
     ckpt = out.with_name(out.name + ".ckpt")
     if ckpt.is_dir():
         raise ValueError(f"checkpoint path {ckpt} is a directory")
     return ckpt
+
+
+class _Tee(io.TextIOBase):
+    """A text stream that writes to ``stream`` and keeps a copy (for ``--log``)."""
+
+    def __init__(self, stream, copy: io.StringIO):
+        self._stream, self._copy = stream, copy
+
+    def write(self, s):
+        self._copy.write(s)
+        return self._stream.write(s)
+
+    def flush(self):
+        self._stream.flush()
+
+    def isatty(self):
+        return self._stream.isatty()
+
+    def fileno(self):
+        return self._stream.fileno()
+
+
+def _log_text(prov: dict, captured: str) -> str:
+    """The log file: the provenance line, then what was printed (a progress bar's
+    carriage-return redraws collapsed to their last state)."""
+    lines = [ln.rsplit("\r", 1)[-1] for ln in captured.split("\n")]
+    from tuner.provenance import stamp_text
+
+    return stamp_text(prov) + "\n" + "\n".join(ln for ln in lines if ln.strip()) + "\n"
 
 
 def _table(mets: dict, names: list[str], objective: str) -> list[str]:
@@ -130,7 +181,45 @@ def _table(mets: dict, names: list[str], objective: str) -> list[str]:
 
 
 def main(argv=None) -> int:
+    """Check every argument and output path, run the fit, write the outputs (and
+    ``--log``) at the end: a refused command creates nothing."""
+    t0 = time.perf_counter()
     args = _args(argv)
+    args._argv = argv
+    if args.log is None:
+        return _main(args, t0)
+    try:
+        check_file(Path(args.log), "--log")
+        if Path(args.log).resolve() == Path(args.out).resolve():
+            raise ValueError(f"--log {args.log}: the same file as --out")
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    copy = io.StringIO()
+    old = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Tee(sys.stdout, copy), _Tee(sys.stderr, copy)
+    prov, state = {}, {}
+    try:
+        rc = _main(args, t0, provenance_out=prov, state=state)
+    finally:
+        sys.stdout, sys.stderr = old
+    if state.get("started"):  # the checks passed and the work ran: its log
+        if not prov:
+            from tuner.provenance import provenance
+            prov.update(provenance(_command(argv)))
+        write_text_atomic(args.log, _log_text(prov, copy.getvalue()))
+        print(f"wrote {args.log}", file=sys.stderr)
+    return rc
+
+
+def _command(argv) -> list[str] | None:
+    """The command line of a call through :func:`main` (None: ``sys.argv``)."""
+    return None if argv is None else ["python3", "-m", "tuner.fit", *argv]
+
+
+def _main(args, t0: float, provenance_out: dict | None = None,
+          state: dict | None = None) -> int:
+    argv = getattr(args, "_argv", None)
     out = Path(args.out)
     log = (lambda s: None) if args.quiet else (lambda s: tqdm.write(s, file=sys.stderr))
 
@@ -152,6 +241,11 @@ def main(argv=None) -> int:
         if args.explore is None:
             args.explore = HYBRID_EXPLORE if args.method == "hybrid" else d.explore
         ckpt = check_out(out)
+        from tuner.deployment import _stem
+        from tuner.bench_dataset import FORMATS as DATASET_FORMATS
+
+        check_file(out.with_name(_stem(out) + DATASET_FORMATS["custom"].suffix),
+                   f"--out {out}: the dataset file beside it,")
         if args.budget < 1:
             raise ValueError("--budget must be >= 1")
         from models import get_system
@@ -167,16 +261,31 @@ def main(argv=None) -> int:
         win = plan_windows(base, args.windows, args.window_requests)
         # the SLOs of the whole slice hold for every window and held-out seed
         whole = build_scenario(win.whole)
+        if not math.isfinite(whole.nominal_rps) and parse_objective(
+                args.objective).capacity:
+            raise ValueError(
+                f"trace {base.trace}: all {whole.summary['requests']} requests of the "
+                f"slice arrive at t = 0, so there is no time pattern for the rate "
+                f"ladder of objective {parse_objective(args.objective).spec!r}: pass "
+                "--rate R (Poisson arrivals at R req/s) or an objective without one "
+                "(e.g. --objective tps)")
         for w in whole.warnings:
             warn(w)
         slo = whole.slo
-        win = win.replace_specs(ttft_slo_s=slo["ttft_s"], tpot_slo_s=slo["tpot_s"])
+        # settings derived from the trace are derived once, for the whole slice: every
+        # window and held-out seed runs with the SLOs and max_len of the whole
+        pinned = {"ttft_slo_s": slo["ttft_s"], "tpot_slo_s": slo["tpot_s"]}
+        if base.max_len is None:
+            pinned["max_len"] = int(whole.cfg.max_len)
+        win = win.replace_specs(**pinned)
         st = FitSettings(system=args.system, objective=args.objective, margin=args.margin,
                          budget=args.budget, lr=args.lr, crn=args.crn, explore=args.explore,
                          check_every=args.check_every, fd_scheme=args.fd_scheme,
                          checks=args.checks, check_dirs=args.check_dirs,
                          holdout_seeds=args.holdout_seeds, seed=base.seed)
         st.check()
+        if state is not None:
+            state["started"] = True  # every input and output path checked
         log(f"fit {args.system} on {base.trace} ({args.method}): {win.note}; SLOs TTFT "
             f"{slo['ttft_s']:.3g} s, TPOT {slo['tpot_s']:.3g} s ({slo['ttft_source']})")
         bar = tqdm(total=args.evals if search else args.budget,
@@ -232,13 +341,20 @@ def main(argv=None) -> int:
     print(f"tuner: {args.method}, {len(exact)} exact evaluations of the training "
           "problem in this run")
     print("tuned params: " + ", ".join(f"{k}={v}" for k, v in res.params.items()))
+    if mets["tuned"].get("sample_note"):
+        print(f"held-out samples: {mets['tuned']['sample_note']}")
     print(f"verdict ({ver['outcome']}): {ver['sentence']}")
-    if ver["outcome"] == "loss" and not args.export_anyway:
-        return 3
+    if ver["outcome"] in EXIT_CODES and not args.export_anyway:
+        return EXIT_CODES[ver["outcome"]]
     from tuner.deployment import describe, write_measure_kit
     from tuner.policy import make_policy
 
     sc = build_scenario(win.whole)  # its SLOs pinned: the scenario the policy names
+    from tuner.provenance import provenance
+
+    prov = provenance(_command(argv))
+    if provenance_out is not None:
+        provenance_out.update(prov)
     doc = make_policy(
         system=args.system, params=res.params, scenario=win.whole,
         workload={"fingerprint": sc.fingerprint, "summary": sc.summary,
@@ -257,12 +373,13 @@ def main(argv=None) -> int:
                "best_exact_train": res.best_exact},
         seed=base.seed, slo=slo,
         deployment=describe(sc, args.system, res.params, policy_path=out),
-        verdict=ver)
+        verdict=ver, provenance=prov, wall_s=round(time.perf_counter() - t0, 3))
+    print(f"fit wall time {doc['wall_s']:.1f} s")
     write_measure_kit(sc, out, formats=("custom",))  # the dataset the bench command reads
     write_json_atomic(out, doc)
     ckpt.unlink(missing_ok=True)
     print(f"wrote {out}" + (" (--export-anyway: the verdict above stands)"
-                            if ver["outcome"] == "loss" else ""))
+                            if ver["outcome"] in EXIT_CODES else ""))
     return 0
 
 

@@ -38,7 +38,7 @@ from flax import serialization
 from models import get_system, validate_params
 from tuner.atomic import write_bytes_atomic
 from tuner.evaluate import evaluate
-from tuner.gradcheck import check, check_directions
+from tuner.gradcheck import VANISHING_RATIO, check, check_directions
 from tuner.problem import FD_SCHEMES, Problem, plan_ladder
 from tuner.objectives import parse_objective
 from tuner.scenario import ScenarioSpec, build_scenario
@@ -190,10 +190,11 @@ def _direction_checks(prob: Problem, space: Space, theta, st: FitSettings, log) 
 
 
 def _floor(agree: dict, temperatures) -> float:
-    """The coldest temperature whose gradient agrees in sign with the exact finite
-    differences on at least half of the checks (else the most agreeing one): the
-    anneal stops where the surrogate still points the way the exact objective moves."""
-    n_ok = {t: sum(c.sign_agrees for c in agree[t]) for t in temperatures}
+    """The coldest temperature whose gradient is usable (``agree`` or ``flat`` by
+    :func:`tuner.gradcheck.classify`; ``vanishing`` and ``disagree`` are not) on at
+    least half of the checks (else the most usable one): the anneal stops where the
+    surrogate still points the way the exact objective moves."""
+    n_ok = {t: sum(c.usable for c in agree[t]) for t in temperatures}
     ok = [t for t in temperatures if 2 * n_ok[t] >= len(agree[t])]
     return min(ok) if ok else max(temperatures, key=lambda t: (n_ok[t], -t))
 
@@ -221,13 +222,17 @@ def _initial_checks(prob: Problem, space: Space, theta, st: FitSettings, log) ->
             f" {_verdict(c)}" for c in res))
     floor = _floor(agree, st.temperatures)
     log(f"temperature floor {floor:g}")
-    est = {c.label: ("relaxed" if c.sign_agrees else "fd-crn") for c in agree[floor]}
+    est = estimators(agree[floor])
     for c in agree[floor]:
-        if c.exact_fd == 0.0:  # nothing to agree with: say so, not "agrees"
-            why = "exact objective flat along it (finite difference 0)"
-        elif c.sign_agrees:
+        if c.status == "flat":  # nothing to agree with: say so, not "agrees"
+            why = f"exact objective flat along it (finite difference {c.exact_fd:.3g})"
+        elif c.status == "agree":
             why = ("relaxed gradient agrees in sign with exact CRN finite differences; "
                    f"rel. error {c.rel_error:.2f}")
+        elif c.status == "vanishing":
+            why = (f"relaxed gradient vanishes at the floor ({c.relaxed:+.3g} against an "
+                   f"exact difference of {c.exact_fd:+.3g}: under "
+                   f"{VANISHING_RATIO:.0%} of it)")
         else:
             why = ("relaxed gradient has the wrong sign at the floor; "
                    f"rel. error {c.rel_error:.2f}")
@@ -297,11 +302,15 @@ def finite_window(sc, cap: dict) -> str:
 
 
 def _verdict(c) -> str:
-    """A gradient check in one word: flat (the exact difference is 0: nothing to agree
-    with), agree or DISAGREE."""
-    if c.exact_fd == 0.0:
-        return "flat"
-    return "agree" if c.sign_agrees else "DISAGREE"
+    """A gradient check in one word (:func:`tuner.gradcheck.classify`): flat, agree,
+    VANISHING or DISAGREE (the last two in capitals: the fit will not trust them)."""
+    return c.status if c.usable else c.status.upper()
+
+
+def estimators(checks) -> dict:
+    """Per coordinate label: ``relaxed`` where the check is usable (agree, flat), else
+    ``fd-crn`` (disagree and vanishing: exact CRN finite differences)."""
+    return {c.label: ("relaxed" if c.usable else "fd-crn") for c in checks}
 
 
 def fit(spec, st: FitSettings, *, checkpoint: Path | None = None,

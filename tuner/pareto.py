@@ -192,12 +192,16 @@ def plot_pareto(rows: list[dict], path, title: str = "") -> None:
     plt.close(fig)
 
 
-def write_outputs(out_dir, rows: list[dict], meta: dict) -> list[Path]:
+def write_outputs(out_dir, rows: list[dict], meta: dict,
+                  provenance: dict | None = None) -> list[Path]:
     """Write sweep.json, sweep.csv, sweep.md, pareto.png: all four are rendered to bytes
     first, so a failure while rendering writes nothing; then each is written
-    atomically."""
+    atomically. ``provenance`` (``tuner.provenance.provenance()``) goes into
+    sweep.json's top level."""
     out = Path(out_dir)
-    doc = json.dumps(plain({"schema": "kvtune.sweep/1", "meta": meta, "rows": rows}),
+    prov = {} if provenance is None else {"provenance": provenance}
+    doc = json.dumps(plain({"schema": "kvtune.sweep/1", "meta": meta, "rows": rows,
+                            **prov}),
                      indent=2, sort_keys=True, allow_nan=False) + "\n"
     data = {name: text.encode("utf-8") for name, text in (
         ("sweep.json", doc), ("sweep.csv", to_csv(rows)),

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -17,7 +18,12 @@ __all__ = ["SCHEMA", "make_policy", "load_policy", "package_version"]
 SCHEMA = "kvtune.policy/1"
 KEYS = ("schema", "system", "hardware", "model", "params", "metrics", "objective",
         "scenario", "workload", "tuner", "version", "seed", "created")
-OPTIONAL_KEYS = ("slo", "deployment", "verdict")  # may be missing
+# may be missing (files written before them lack them): "provenance" is
+# tuner.provenance.provenance()'s record, "wall_s" the fit's wall time in seconds
+OPTIONAL_KEYS = ("slo", "deployment", "verdict", "provenance", "wall_s")
+# the verdict outcomes a file may record (tuner.validation.verdict; "undetermined" when
+# the held-out comparison cannot decide)
+OUTCOMES = ("win", "tie", "loss", "undetermined")
 METRIC_SETS = ("tuned", "default", "baseline")
 
 
@@ -30,7 +36,8 @@ def package_version() -> str:
 
 def make_policy(*, system, params, scenario: ScenarioSpec, workload: dict, metrics: dict,
                 objective: str, tuner: dict, seed: int, slo: dict | None = None,
-                deployment: dict | None = None, verdict: dict | None = None) -> dict:
+                deployment: dict | None = None, verdict: dict | None = None,
+                provenance: dict | None = None, wall_s: float | None = None) -> dict:
     """Assemble the policy document (parameters in human units; the SLOs it was tuned
     for, deployment values an engineer applies (``tuner.deployment.describe``) and the
     verdict of the validation, when given)."""
@@ -38,7 +45,8 @@ def make_policy(*, system, params, scenario: ScenarioSpec, workload: dict, metri
     if missing:
         raise ValueError(f"policy metrics lack {missing}")
     extra = {k: v for k, v in (("slo", slo), ("deployment", deployment),
-                               ("verdict", verdict)) if v is not None}
+                               ("verdict", verdict), ("provenance", provenance),
+                               ("wall_s", wall_s)) if v is not None}
     return plain({**extra,
         "schema": SCHEMA, "system": system, "hardware": scenario.hardware,
         "model": scenario.model, "params": params, "metrics": metrics,
@@ -65,10 +73,21 @@ def load_policy(path) -> dict:
         raise ValueError(f"{path}: unknown field(s) {unknown}")
     if missing:
         raise ValueError(f"{path}: missing field(s) {missing}")
+    _check_fields(path, doc)
     try:
         spec = get_system(doc["system"])
     except ValueError as e:
         raise ValueError(f"{path}: field 'system': {e}") from None
+    try:
+        from tuner.objectives import parse_objective
+
+        parse_objective(doc["objective"]).check_metrics(doc["system"])
+    except ValueError as e:
+        raise ValueError(f"{path}: field 'objective': {e}") from None
+    opts = doc["scenario"].get("options")
+    if opts is not None and not isinstance(opts, dict):
+        raise ValueError(f"{path}: field 'scenario': options must be an object of "
+                         f"integers, got {opts!r}")
     fields = set(ScenarioSpec.__dataclass_fields__)
     # files written before family options name ODMA's window settings directly; before
     # SLOs were derived they lack slo_scale, and before the total-token clip, scheduler
@@ -93,12 +112,71 @@ def load_policy(path) -> dict:
     if sc["hardware"] != doc["hardware"] or sc["model"] != doc["model"]:
         raise ValueError(f"{path}: fields 'hardware'/'model' disagree with 'scenario'")
     for name in METRIC_SETS:
-        if not isinstance(doc["metrics"], dict) or name not in doc["metrics"]:
+        if name not in doc["metrics"]:
             raise ValueError(f"{path}: field 'metrics' lacks {name!r}")
+        if not isinstance(doc["metrics"][name], dict):
+            raise ValueError(f"{path}: field 'metrics.{name}' must be an object, got "
+                             f"{doc['metrics'][name]!r}")
     max_len = sc["max_len"] or 16384
     try:
         params = validate_params(spec, doc["params"], max_len)
-    except ValueError as e:
+    except (TypeError, ValueError) as e:
         raise ValueError(f"{path}: field 'params': {e}") from None
     doc["params"] = {k: v.tolist() for k, v in params.items()}
     return doc
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_fields(path: Path, doc: dict) -> None:
+    """The type (and range, and form) of every top-level field; the scenario, params
+    and objective are checked in full by :func:`load_policy` after this."""
+    def bad(field, want):
+        raise ValueError(f"{path}: field {field!r} must be {want}, got "
+                         f"{doc[field]!r}"[:300])
+
+    for field in ("system", "hardware", "model", "objective", "version", "created"):
+        if not isinstance(doc[field], str) or not doc[field].strip():
+            bad(field, "a non-empty string")
+    try:
+        datetime.fromisoformat(doc["created"])
+    except ValueError:
+        bad("created", "an ISO 8601 date-time")
+    if not _is_int(doc["seed"]) or doc["seed"] < 0:
+        bad("seed", "an integer >= 0")
+    for field in ("params", "metrics", "scenario", "workload", "tuner"):
+        if not isinstance(doc[field], dict):
+            bad(field, "a JSON object")
+    for field in ("slo", "deployment", "verdict", "provenance"):
+        if field in doc and not isinstance(doc[field], dict):
+            bad(field, "a JSON object")
+    if "wall_s" in doc and not (_is_num(doc["wall_s"]) and doc["wall_s"] >= 0):
+        bad("wall_s", "a finite number of seconds >= 0")
+    for key in ("ttft_s", "tpot_s"):
+        v = doc.get("slo", {}).get(key)
+        if key in doc.get("slo", {}) and not (_is_num(v) and v > 0):
+            raise ValueError(f"{path}: field 'slo.{key}' must be a finite number of "
+                             f"seconds > 0, got {v!r}")
+    ver = doc.get("verdict", {})
+    if "outcome" in ver and ver["outcome"] not in OUTCOMES:
+        raise ValueError(f"{path}: field 'verdict.outcome' must be one of "
+                         f"{', '.join(OUTCOMES)}, got {ver['outcome']!r}")
+    if "sentence" in ver and not isinstance(ver["sentence"], str):
+        raise ValueError(f"{path}: field 'verdict.sentence' must be a string, got "
+                         f"{ver['sentence']!r}")
+    prov = doc.get("provenance", {})
+    # a record reconstructed for a result made before provenance has command null
+    if prov.get("command") is not None and not isinstance(prov["command"], str):
+        raise ValueError(f"{path}: field 'provenance.command' must be a string (or "
+                         f"null), got {prov['command']!r}")
+    bases = doc["metrics"].get("baselines")
+    if bases is not None and not (isinstance(bases, dict)
+                                  and all(isinstance(m, dict) for m in bases.values())):
+        raise ValueError(f"{path}: field 'metrics.baselines' must be an object of "
+                         "metric objects")

@@ -139,10 +139,14 @@ class Scenario:
     clipped_prompts: int = 0  # requests of the slice whose prompt was shortened
     slo: dict = dataclasses.field(default_factory=dict)  # ttft_s, tpot_s, source
     warnings: tuple = ()     # silent assumptions and overload, for the CLI to print
+    # the slice's requests all arrive at t = 0 (nominal_rps inf): the unit-rate arrival
+    # pattern (seeded Poisson, one per valid request) that at_rate rescales instead
+    pattern: np.ndarray | None = None
 
     @property
     def nominal_rps(self) -> float:
-        """The slice's own mean arrival rate, ``(n - 1) / span`` req/s."""
+        """The slice's own mean arrival rate, ``(n - 1) / span`` req/s (``inf`` when
+        every request arrives at t = 0)."""
         return float(self.summary["rate_rps"])
 
     def padded(self, n: int) -> "Scenario":
@@ -165,7 +169,17 @@ class Scenario:
         (``math.inf``: every request at once)."""
         from tuner.capacity import scale_workload
 
-        factor = 0.0 if rate == float("inf") else self.nominal_rps / float(rate)
+        if rate == float("inf"):
+            return dataclasses.replace(self, workload=scale_workload(self.workload, 0.0))
+        if not float(rate) > 0:
+            raise ValueError(f"arrival rate must be > 0 req/s, got {rate!r}")
+        if self.pattern is not None:  # all at once: the Poisson pattern at that rate
+            wl = self.workload
+            t = np.full(wl.size, np.inf)
+            t[:len(self.pattern)] = self.pattern / float(rate)
+            return dataclasses.replace(self, workload=wl.replace(arrival_s=jnp.where(
+                wl.valid, jnp.asarray(t, wl.arrival_s.dtype), jnp.inf)))
+        factor = self.nominal_rps / float(rate)
         return dataclasses.replace(self, workload=scale_workload(self.workload, factor))
 
     def options(self, system: str, record: bool = False) -> SimOptions:
@@ -299,9 +313,61 @@ def clip_lengths(prompt, output, *, max_len: int, max_position: int,
     return p, o
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _is_real(v) -> bool:
+    return (isinstance(v, (int, float, np.integer, np.floating))
+            and not isinstance(v, bool))
+
+
+# (field, kind, lowest value or None) of the fields whose type check_spec checks first;
+# kinds: "int", "int?" (or None), "real?" (a finite number or None), "str", "str?"
+_FIELD_TYPES = (
+    ("trace", "str", None), ("hardware", "str", None), ("model", "str", None),
+    ("tp", "int?", 1), ("capacity_tokens", "int?", 1), ("rate", "real?", None),
+    ("n_requests", "int?", 1), ("offset", "int", 0), ("seed", "int", 0),
+    ("max_len", "int?", None), ("n_slots", "int", None), ("max_batch", "int", None),
+    ("max_prefill", "int", None), ("admit_window", "int", None), ("block", "int", None),
+    ("ttft_slo_s", "real?", None), ("tpot_slo_s", "real?", None),
+    ("slo_scale", "real", None), ("predictor", "str?", None),
+    ("enforce_eager", "bool", None))
+
+
+def _check_types(spec: ScenarioSpec) -> None:
+    for name, kind, low in _FIELD_TYPES:
+        v = getattr(spec, name)
+        if kind.endswith("?"):
+            if v is None:
+                continue
+            kind = kind[:-1]
+        ok = {"int": _is_int, "real": _is_real, "str": lambda x: isinstance(x, str),
+              "bool": lambda x: isinstance(x, (bool, np.bool_))}[kind](v)
+        if kind == "real" and ok and not np.isfinite(v):
+            ok = False
+        if kind == "str" and ok and not v.strip():
+            ok = False
+        what = {"int": "an integer", "real": "a finite number", "str": "a non-empty string",
+                "bool": "true or false"}[kind]
+        if low is not None:
+            ok = ok and v >= low
+            what = "a positive integer" if low == 1 else f"an integer >= {low}"
+        if not ok:
+            raise ValueError(f"{name} must be {what}, got {v!r}")
+    opts = spec.options
+    if not isinstance(opts, tuple) or not all(
+            isinstance(o, tuple) and len(o) == 2 and isinstance(o[0], str)
+            and _is_int(o[1]) for o in opts):
+        raise ValueError(f"options must map option names to integers, got "
+                         f"{dict(opts) if isinstance(opts, tuple) else opts!r}")
+
+
 def check_spec(spec: ScenarioSpec) -> None:
     """Raise ValueError on settings no scenario can have (those that need the trace or
-    the deployment are checked by :func:`build_scenario`)."""
+    the deployment are checked by :func:`build_scenario`). Every field's type is
+    checked first (a policy file may hold any JSON value), each error naming it."""
+    _check_types(spec)
     if spec.n_slots < 16 or spec.admit_window < 1 or spec.max_batch < 1 or spec.block < 1:
         raise ValueError("n_slots must be >= 16, admit_window, max_batch and block >= 1")
     if spec.max_batch > spec.n_slots:
@@ -407,22 +473,42 @@ def build_scenario(spec: ScenarioSpec) -> Scenario:
     if ctx_o:
         warnings.append(f"{ctx_o} of {n} outputs clipped to min(max_len {max_len}, "
                         f"context {max_pos} - prompt)")
-    if trace.arrival_s is not None:
-        arr = arrivals.replay(trace.arrival_s[sl] - trace.arrival_s[sl].min(), spec.rate)
+    if n < 2:
+        raise ValueError(f"trace {spec.trace}: slice [{spec.offset}, {end}) has {n} "
+                         "request; a scenario needs at least 2 (--n-requests)")
+    # a slice whose requests all arrive at once (a vllm bench serve run at its default
+    # request_rate inf) has no time pattern to rescale: it is replayed as it is, and a
+    # rate ladder (goodput) places its requests as a seeded Poisson process instead
+    pattern = None
+    own = None if trace.arrival_s is None else trace.arrival_s[sl] - trace.arrival_s[sl].min()
+    if own is not None and float(np.max(own)) <= 0.0 and spec.rate is not None:
+        arr = arrivals.poisson(n, spec.rate, spec.seed)
+        warnings.append(f"trace {spec.trace}: all {n} requests of the slice arrive at "
+                        f"t = 0 (no time pattern to rescale): --rate {spec.rate:g} draws "
+                        "them as a Poisson process at that rate (seeded)")
+    elif own is not None and float(np.max(own)) <= 0.0:
+        arr = own
+        pattern = arrivals.poisson(n, 1.0, spec.seed)
+        warnings.append(f"trace {spec.trace}: all {n} requests of the slice arrive at "
+                        "t = 0 (all at once, e.g. vllm bench serve at request_rate inf) "
+                        "and are replayed so; with no time pattern to rescale, a rate "
+                        "ladder (goodput) places them as a Poisson process (seeded) at "
+                        "each of its rates; pass --rate to replay Poisson arrivals at "
+                        "one rate")
+    elif own is not None:
+        arr = arrivals.replay(own, spec.rate)
     else:
         arr = arrivals.poisson(n, spec.rate or DEFAULT_RATE, spec.seed)
         warnings.append(f"trace {spec.trace} has no arrival times: arrivals are drawn "
                         f"as a Poisson process at {spec.rate or DEFAULT_RATE:g} req/s "
                         "(seeded); pass --rate to choose the rate")
-    if n < 2 or float(np.max(arr)) <= 0.0:
-        raise ValueError(f"trace {spec.trace}: slice [{spec.offset}, {end}) has "
-                         f"{n} request(s) spanning no time; it has no arrival rate")
     pred, u, source, notes = _predictions(trace, out, all_o[:spec.offset], spec, sl)
     warnings.extend(notes)
     sliced = Trace(arrival_s=arr, prompt_tokens=prompt, output_tokens=out,
                    source=trace.source, format=trace.format)
     wl = to_workload(sliced, pred_tokens=pred, pred_u=u)
-    capacity = spec.capacity_tokens or dep.kv_capacity_tokens
+    capacity = (dep.kv_capacity_tokens if spec.capacity_tokens is None
+                else spec.capacity_tokens)
     roof = hardware.roofline_params(dep)._replace(**calibrated)
     slo = _slos(spec, roof, all_p, all_o)
     cfg = ServerConfig(
@@ -435,7 +521,8 @@ def build_scenario(spec: ScenarioSpec) -> Scenario:
         chunked=spec.scheduler == "chunked")
     history = all_o[:spec.offset].astype(np.int32)
     stats = summary(sliced)
-    stats["rate_rps"] = (n - 1) / float(np.max(arr))
+    span = float(np.max(arr))
+    stats["rate_rps"] = (n - 1) / span if span > 0 else float("inf")  # all at once
     digest = hashlib.sha256()
     for a in (arr, prompt, out, pred, u):
         digest.update(np.ascontiguousarray(np.asarray(a, np.float64)).tobytes())
@@ -445,7 +532,8 @@ def build_scenario(spec: ScenarioSpec) -> Scenario:
     return Scenario(spec=spec, workload=wl, cfg=cfg, hw=roof, deployment=dep,
                     history=history, prediction_source=source, summary=stats,
                     fingerprint=digest.hexdigest()[:16], clipped_outputs=clipped_outputs,
-                    clipped_prompts=clipped_prompts, slo=slo, warnings=tuple(warnings))
+                    clipped_prompts=clipped_prompts, slo=slo, warnings=tuple(warnings),
+                    pattern=pattern)
 
 
 def _deployment(spec: ScenarioSpec, device: str) -> hardware.Deployment:

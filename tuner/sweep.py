@@ -245,11 +245,32 @@ def _args(argv):
     return ap.parse_args(argv)
 
 
+OUT_FILES = ("sweep.json", "sweep.csv", "sweep.md", "pareto.png")
+
+
+def check_out_dir(out) -> None:
+    """Raise ValueError unless ``--out`` can be written as the sweep's folder later
+    (creates nothing: the folder is made when the results are written)."""
+    from pathlib import Path
+
+    from tuner.atomic import unwritable_reason
+    if not str(out).strip():
+        raise ValueError("--out: give an output directory")
+    why = unwritable_reason(out)
+    if why:
+        raise ValueError(f"--out {out}: {why} (give a directory for "
+                         f"{', '.join(OUT_FILES)})")
+    for name in OUT_FILES:
+        if (Path(out) / name).is_dir():
+            raise ValueError(f"--out {out}: {Path(out) / name} is a directory")
+
+
 def _plan(args):
     """Validate the command line: (scenarios, parameter sets, steps, T, objective)."""
     from tuner.evaluate import spec_from_args
     from tuner.objectives import parse_objective
     from tuner.scenario import ScenarioSpec
+    check_out_dir(args.out)
     objective = parse_objective(args.objective).spec
     if args.grid and args.random is not None:
         raise ValueError("give --grid or --random, not both")
@@ -262,6 +283,14 @@ def _plan(args):
     d = ScenarioSpec()
     hw, traces = (args.hardware or d.hardware), (args.trace or d.trace)
     scs = build_scenarios(spec_from_args(args, d), hw.split(","), traces.split(","))
+    if parse_objective(objective).capacity:
+        for sc in scs:
+            if not math.isfinite(sc.nominal_rps):
+                raise ValueError(
+                    f"trace {sc.spec.trace}: all requests of the slice arrive at t = 0, "
+                    f"so there is no time pattern for the rate ladder of objective "
+                    f"{objective!r}: pass --rate R (Poisson arrivals at R req/s) or an "
+                    "objective without one (e.g. --objective tps)")
     max_len, rc = scs[0].cfg.max_len, scs[0].spec.block
     sets = (random_points(args.system, args.random, args.seed or 0, max_len)
             if args.random is not None else grid_points(args.system, grid, max_len))
@@ -297,7 +326,10 @@ def main(argv=None) -> int:
                 "processes": jax.process_count(), "scenario": scs[0].spec.to_dict(),
                 "hardware": list(dict.fromkeys(s.spec.hardware for s in scs)),
                 "traces": list(dict.fromkeys(s.spec.trace for s in scs))}
-        write_outputs(args.out, mark_pareto(rows), meta)
+        from tuner.provenance import provenance
+        write_outputs(args.out, mark_pareto(rows), meta,
+                      provenance=provenance(None if argv is None else
+                                            ["python3", "-m", "tuner.sweep", *argv]))
     except (ValueError, OSError, KeyError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"error: {msg}", file=sys.stderr)

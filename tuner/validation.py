@@ -8,10 +8,21 @@ then evaluates every policy on the whole slice too. Every exact metric is report
 mean over the held-out (window, seed) samples with a Student-t 95% interval; the verdict
 compares the tuned policy with the default and each baseline on paired differences of
 the objective (same window, same seed).
+
+Seeds that cannot change a workload (a trace's own arrival times with predictions that
+do not depend on the seed, or a simulator that reads no predictions) give the same
+sample twice; it is counted once. Two (window, seed) samples are one when the simulator
+inputs are equal (:func:`sample_key`: every workload array and the server config), or
+when every policy's every metric is equal on both (a simulator that ignores what
+differs). Intervals, means and the verdict use the independent samples only; with fewer
+than two of them, or paired differences that are all equal, the verdict is
+``undetermined``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
 from dataclasses import dataclass
 
@@ -23,11 +34,14 @@ from tuner.scenario import ScenarioSpec, build_scenario
 from tuner.workloads.presets import resolve_trace
 
 __all__ = ["Windows", "plan_windows", "validate", "interval", "verdict", "MIN_WINDOW",
-           "HOLDOUT_SEED"]
+           "HOLDOUT_SEED", "OUTCOMES", "sample_key"]
 
 MIN_WINDOW = 64       # requests in a window, at least
 HOLDOUT_SEED = 1000   # held-out seeds are seed + 1000 + k
 LEVEL = 0.95
+# verdict outcomes; tuner.fit exports the policy on win and tie only (undetermined: exit
+# 4, loss: exit 3, unless --export-anyway)
+OUTCOMES = ("win", "tie", "loss", "undetermined")
 
 
 @dataclass(frozen=True)
@@ -79,11 +93,13 @@ def plan_windows(base: ScenarioSpec, windows: int, window_requests: int | None =
                    whole=base.replace(n_requests=n), share=share, note=note)
 
 
-def interval(xs, level: float = LEVEL) -> list:
-    """Student-t interval of the mean of ``xs`` ([nan, nan] below two samples)."""
+def interval(xs, level: float = LEVEL, spread: bool = False) -> list:
+    """Student-t interval of the mean of ``xs`` ([nan, nan] below two finite samples;
+    with ``spread``, also when they are all equal: no spread to estimate, and a
+    zero-width interval would claim a certainty the samples do not have)."""
     x = np.asarray(xs, np.float64)
     x = x[np.isfinite(x)]
-    if x.size < 2:
+    if x.size < 2 or (spread and np.all(x == x[0])):
         return [math.nan, math.nan]
     m, se = float(x.mean()), float(x.std(ddof=1) / math.sqrt(x.size))
     h = float(stats.t.ppf(0.5 + level / 2, x.size - 1)) * se
@@ -103,16 +119,65 @@ def _summary(ms: list[dict]) -> dict:
     return out
 
 
+def sample_key(sc) -> str:
+    """A digest of what the simulator reads of scenario ``sc``: every workload array
+    (padding rows included) and the server config, values and shapes. Equal keys: the
+    same sample, whatever seed or spec made it."""
+    h = hashlib.sha256()
+    for obj in (sc.workload, sc.cfg):
+        for f in dataclasses.fields(obj):
+            a = np.asarray(getattr(obj, f.name))
+            h.update(f"{f.name}:{a.dtype}:{a.shape}:".encode())
+            h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _same_results(a: dict, b: dict) -> bool:
+    """Every policy's every numeric metric equal on two samples."""
+    for name in a:
+        ma, mb = a[name], b[name]
+        keys = [k for k, v in ma.items() if isinstance(v, (int, float))]
+        if set(keys) != {k for k, v in mb.items() if isinstance(v, (int, float))}:
+            return False
+        if any(not (ma[k] == mb[k] or (ma[k] != ma[k] and mb[k] != mb[k])) for k in keys):
+            return False
+    return True
+
+
+def _independent(keys: list, results: list) -> list[int]:
+    """Indices of the first of each group of equal samples: equal input keys, or
+    (inputs differing only where the simulator does not look) equal results of every
+    policy."""
+    keep = []
+    for i, k in enumerate(keys):
+        if not any(keys[j] == k or _same_results(results[j], results[i]) for j in keep):
+            keep.append(i)
+    return keep
+
+
+def _dedup_note(n: int, k: int) -> str:
+    what = f"held-out (window, seed) sample{'s' if n != 1 else ''}"
+    if n == k:
+        return f"{n} {what}, {'all' if n != 1 else 'one'} independent"
+    return (f"{n} {what}, {k} independent: the held-out seeds do not change this "
+            "workload (the trace's own arrival times and seed-independent predictions, "
+            "or a simulator that reads none), so equal samples count once")
+
+
 def validate(system: str, policies: dict, objective: str, win: Windows, seeds: int,
              log=lambda s: None) -> dict:
     """Exact evaluation of ``policies`` ({name: (system, params)}) on the held-out
     windows x ``seeds`` held-out seeds, and on the whole slice per seed. Returns, per
-    name, the mean of every metric with its interval (``ci``), the per-sample objective
-    (``objective_per_sample``) and the whole-slice means (``whole_trace``)."""
+    name, the mean of every metric with its interval (``ci``) over the independent
+    samples, the per-sample objective of those (``objective_per_sample``), how many
+    (window, seed) samples were run (``n_samples``) and how many were independent
+    (``n_independent``, also ``samples``; ``sample_note`` says why they differ), and
+    the whole-slice means (``whole_trace``, deduplicated the same way)."""
     if seeds < 1:
         raise ValueError(f"--holdout-seeds must be >= 1, got {seeds}")
     runs = {name: [] for name in policies}
     whole = {name: [] for name in policies}
+    keys = {"runs": [], "whole": []}
     jobs = [(w, k) for w in win.holdout for k in range(seeds)]
     wholes = [build_scenario(win.whole.replace(seed=win.whole.seed + HOLDOUT_SEED + k))
               for k in range(seeds)]
@@ -122,41 +187,80 @@ def validate(system: str, policies: dict, objective: str, win: Windows, seeds: i
         sc = (wholes[k] if w is win.whole
               else build_scenario(w.replace(seed=w.seed + HOLDOUT_SEED + k)).padded(n))
         where = "whole slice" if w is win.whole else f"window at request {w.offset}"
-        log(f"validating ({i + 1}/{len(jobs) + seeds}): {where}, held-out seed {k}")
+        group = "whole" if w is win.whole else "runs"
+        key = sample_key(sc)
+        same = keys[group].index(key) if key in keys[group] else None
+        keys[group].append(key)
+        log(f"validating ({i + 1}/{len(jobs) + seeds}): {where}, held-out seed {k}"
+            + (" (the same inputs as an earlier seed: not simulated again)"
+               if same is not None else ""))
         for name, (sys_name, params) in policies.items():
-            m = evaluate(sc, sys_name, params, objective=objective)
-            (whole if w is win.whole else runs)[name].append(m)
+            res = whole if w is win.whole else runs
+            m = (res[name][same] if same is not None
+                 else evaluate(sc, sys_name, params, objective=objective))
+            res[name].append(m)
+    names = list(policies)
+    keep = {}
+    for where, res in (("runs", runs), ("whole", whole)):
+        per = [{n: res[n][i] for n in names} for i in range(len(keys[where]))]
+        keep[where] = _independent(keys[where], per)
+    note = _dedup_note(len(keys["runs"]), len(keep["runs"]))
+    if len(keep["runs"]) < len(keys["runs"]):
+        log(f"validation: {note}")
     out = {}
     for name, (sys_name, _) in policies.items():
-        s = _summary(runs[name])
+        ind = [runs[name][i] for i in keep["runs"]]
+        s = _summary(ind)
         s["system"] = sys_name
-        s["objective_per_sample"] = [m["objective"] for m in runs[name]]
-        s["whole_trace"] = _summary(whole[name])
-        s["whole_trace"]["objective_per_seed"] = [m["objective"] for m in whole[name]]
+        s["objective_per_sample"] = [m["objective"] for m in ind]
+        s.update(n_samples=len(runs[name]), n_independent=len(ind), sample_note=note)
+        wi = [whole[name][i] for i in keep["whole"]]
+        s["whole_trace"] = _summary(wi)
+        s["whole_trace"]["objective_per_seed"] = [m["objective"] for m in wi]
+        s["whole_trace"].update(n_samples=len(whole[name]), n_independent=len(wi))
         out[name] = s
     return out
 
 
 def _compare(tuned: list, other: list) -> dict:
+    """Tuned minus ``other`` on paired samples: the mean difference, its interval and
+    ``better``/``worse``/``indistinguishable``, or ``undetermined`` (``ci`` None and
+    ``why``) below two samples or when every paired difference is equal."""
     d = np.asarray(tuned, np.float64) - np.asarray(other, np.float64)
+    d = d[np.isfinite(d)]
     base = float(np.mean(other))
-    lo, hi = interval(d)
-    if not np.isfinite(lo):  # one sample: no interval, the sign decides
-        lo = hi = float(d.mean())
-    rel = float(d.mean()) / abs(base) if base else math.inf
+    diff = float(d.mean()) if d.size else math.nan
+    rel = diff / abs(base) if base else math.inf
+    row = {"diff": diff, "relative": rel, "n": int(d.size)}
+    lo, hi = interval(d, spread=True)
+    if not np.isfinite(lo):
+        if d.size < 2:
+            why = f"{d.size} independent held-out sample{'s' if d.size != 1 else ''}"
+        elif diff == 0.0:
+            why = (f"the same objective on each of the {d.size} independent held-out "
+                   "samples (every paired difference 0)")
+        else:
+            why = (f"the same paired difference ({diff:.4g}) on each of the {d.size} "
+                   "independent held-out samples")
+        return {**row, "ci": None, "status": "undetermined", "why": why}
     status = "better" if lo > 0 else "worse" if hi < 0 else "indistinguishable"
-    return {"diff": float(d.mean()), "ci": [lo, hi], "relative": rel, "status": status}
+    return {**row, "ci": [lo, hi], "status": status}
 
 
 SLO_METRICS = ("slo_attainment", "ttft_p99_s", "tpot_p99_s")
 
 
 def verdict(mets: dict, objective: str, baselines: tuple[str, ...]) -> dict:
-    """Tuned against the default and each baseline, on paired held-out samples.
+    """Tuned against the default and each baseline, on paired held-out samples (the
+    independent ones: see the module docstring).
 
     ``loss``: the default or a baseline is better with the interval of the paired
-    difference below zero (the policy is not exported); ``win``: the tuned policy is
-    better than every baseline and not worse than the default; ``tie`` otherwise."""
+    difference below zero (the policy is not exported); otherwise ``undetermined`` when
+    there are fewer than two independent samples or a comparison's paired differences
+    are all equal (no interval can be drawn: not exported either); ``win``: the tuned
+    policy is better than every baseline and not worse than the default; ``tie``
+    otherwise. The result carries ``n_samples`` ((window, seed) samples run) and
+    ``n_independent``; an undetermined one its ``reason``."""
     from tuner.objectives import parse_objective
 
     objective = parse_objective(objective).spec
@@ -167,11 +271,14 @@ def verdict(mets: dict, objective: str, baselines: tuple[str, ...]) -> dict:
         for m in SLO_METRICS:
             if m in t and m in mets[name]:
                 rows[name][m] = [t[m], mets[name][m]]
+    n_ind = int(t.get("n_independent", len(t["objective_per_sample"])))
+    n_run = int(t.get("n_samples", n_ind))
     worse = [n for n, r in rows.items() if r["status"] == "worse"]
+    unknown = [n for n, r in rows.items() if r["status"] == "undetermined"]
     best = max(baselines, key=lambda b: mets[b]["objective"]) if baselines else "default"
     b = rows[best]
     pct = f"{b['relative']:+.1%}"
-    span = f"paired 95% interval of tuned - {best}: [{b['ci'][0]:.4g}, {b['ci'][1]:.4g}]"
+    reason = None
     if worse:
         w = max(worse, key=lambda n: mets[n]["objective"])
         what = ("the system's default parameters serve" if w == "default"
@@ -183,12 +290,31 @@ def verdict(mets: dict, objective: str, baselines: tuple[str, ...]) -> dict:
                     f"paired 95% interval [{r['ci'][0]:.4g}, {r['ci'][1]:.4g}]); "
                     "no policy exported (--export-anyway writes it)")
         outcome = "loss"
+    elif n_ind < 2 or unknown:
+        if n_ind < 2:
+            dup = (f" of {n_run} (window, seed) samples: the held-out seeds do not change "
+                   "this workload" if n_run > n_ind else "")
+            reason = (f"only {n_ind} independent held-out sample{'s' if n_ind != 1 else ''}"
+                      f"{dup}, and a paired interval needs two; give more --windows or "
+                      "--holdout-seeds (seeds help only where they change the workload)")
+        else:
+            u = unknown[0]
+            reason = (f"the tuned policy and {u if u != 'default' else 'the default'} "
+                      f"have {rows[u]['why']}, so no interval can be drawn"
+                      + (f" (also: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))
+        sentence = (f"undetermined on held-out data: {reason}; no policy exported "
+                    "(--export-anyway writes it)")
+        outcome = "undetermined"
     elif all(r["status"] == "better" for n, r in rows.items() if n != "default"):
+        span = (f"paired 95% interval of tuned - {best}: [{b['ci'][0]:.4g}, "
+                f"{b['ci'][1]:.4g}]")
         sentence = (f"the tuned policy beats every baseline on held-out data: {pct} over "
                     f"{best} ({span}) and {rows['default']['relative']:+.1%} over the "
                     "default")
         outcome = "win"
     else:
+        span = (f"paired 95% interval of tuned - {best}: [{b['ci'][0]:.4g}, "
+                f"{b['ci'][1]:.4g}]")
         d = rows["default"]
         vs_default = (f"on this workload the memory policy does not decide {objective}"
                       if d["status"] == "indistinguishable" else
@@ -198,5 +324,8 @@ def verdict(mets: dict, objective: str, baselines: tuple[str, ...]) -> dict:
                     f"({pct}; {span}); {vs_default}; the tuned policy is exported, "
                     f"{best} serves as well")
         outcome = "tie"
-    return {"outcome": outcome, "sentence": sentence, "best_baseline": best,
-            "comparisons": rows}
+    out = {"outcome": outcome, "sentence": sentence, "best_baseline": best,
+           "n_samples": n_run, "n_independent": n_ind, "comparisons": rows}
+    if reason is not None:
+        out["reason"] = reason
+    return out
