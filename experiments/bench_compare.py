@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from tuner.atomic import plain, write_json_atomic, write_text_atomic
+from experiments.results_io import stamp_markdown, stamped
 from tuner.workloads.presets import traces_dir
 
 __all__ = ["main"]
@@ -92,9 +93,11 @@ def main(argv=None) -> dict:
     md = "\n".join(lines) + "\n"
     print(md)
     if args.out:
-        write_json_atomic(os.path.join(args.out, "bench_compare.json"), plain(res),
+        doc = stamped(res)
+        write_json_atomic(os.path.join(args.out, "bench_compare.json"), plain(doc),
                           sort_keys=False)
-        write_text_atomic(os.path.join(args.out, "bench_compare.md"), md)
+        write_text_atomic(os.path.join(args.out, "bench_compare.md"),
+                          stamp_markdown(md, doc["provenance"]))
     return res
 
 

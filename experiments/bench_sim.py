@@ -293,11 +293,14 @@ def main(argv=None) -> dict:
     md = to_markdown(res)
     print(md)
     if args.out:
+        from experiments.results_io import stamp_markdown, stamped
         from tuner.atomic import plain, write_json_atomic, write_text_atomic
 
-        write_json_atomic(os.path.join(args.out, "bench_sim.json"), plain(res),
+        doc = stamped(res)
+        write_json_atomic(os.path.join(args.out, "bench_sim.json"), plain(doc),
                           sort_keys=False)
-        write_text_atomic(os.path.join(args.out, "bench_sim.md"), md)
+        write_text_atomic(os.path.join(args.out, "bench_sim.md"),
+                          stamp_markdown(md, doc["provenance"]))
     return res
 
 

@@ -33,6 +33,7 @@ import numpy as np  # noqa: E402
 
 from tuner import calibration as cal  # noqa: E402
 from tuner.atomic import plain, write_json_atomic, write_text_atomic  # noqa: E402
+from experiments.results_io import provenance, stamp_markdown, stamped  # noqa: E402
 from tuner.calibrate import SYSTEM, _target, compare, spec_for  # noqa: E402
 from tuner.scenario import ScenarioSpec, build_scenario  # noqa: E402
 from tuner.workloads.presets import traces_dir  # noqa: E402
@@ -174,9 +175,12 @@ def main(argv=None) -> int:
         res["files"][n] = r
         write_json_atomic(args.out / f"{n}.profile.json", plain({
             "format": cal.PROFILE_FORMAT, "device": r["device"], "model": r["model"],
-            "params": r["params_after"], "calibrated_from": r["file"]}))
+            "params": r["params_after"], "calibrated_from": r["file"],
+            "provenance": provenance()}))
+    res = stamped(res)
     write_json_atomic(args.out / "calibrate_check.json", plain(res))
-    write_text_atomic(args.out / "calibrate_check.md", render(res))
+    write_text_atomic(args.out / "calibrate_check.md",
+                      stamp_markdown(render(res), res["provenance"]))
     print(render(res))
     return 0
 

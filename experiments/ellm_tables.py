@@ -51,6 +51,7 @@ from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from tuner.atomic import plain, savefig_atomic, write_json_atomic, write_text_atomic  # noqa: E402
+from experiments.results_io import png_metadata, stamp_markdown, stamped  # noqa: E402
 
 __all__ = ["CLAIMS", "OFFLINE", "QUICK", "SYSTEMS", "WORKLOADS", "claims", "main",
            "render_markdown", "render_png", "run"]
@@ -738,8 +739,10 @@ def _finish(res: dict, rn: Runner, out: Path | None) -> None:
 
 
 def write_outputs(res: dict, out: Path) -> None:
+    res = stamped(res)
     write_json_atomic(out / "ellm_tables.json", plain(res), sort_keys=False)
-    write_text_atomic(out / "ellm_tables.md", render_markdown(res))
+    write_text_atomic(out / "ellm_tables.md",
+                      stamp_markdown(render_markdown(res), res["provenance"]))
     render_png(res, out / "ellm_tables.png")
 
 
@@ -919,7 +922,8 @@ def render_png(res: dict, path) -> None:
         axs[i][2].set_title(f"{n}: SLO attainment")
     fig.suptitle("Llama3-8B-262K on one A100-80GB: eLLM vs vLLM and vLLM-CP (simulated)")
     fig.tight_layout()
-    savefig_atomic(fig, path, dpi=100)
+    meta = {"metadata": png_metadata(res["provenance"])} if "provenance" in res else {}
+    savefig_atomic(fig, path, dpi=100, **meta)
     plt.close(fig)
 
 

@@ -63,7 +63,7 @@ import time  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from experiments.fingerprint import source_fingerprint  # noqa: E402
+from experiments.results_io import png_metadata, stamp_markdown, stamped  # noqa: E402
 from tuner.atomic import (plain, savefig_atomic, unwritable_reason,  # noqa: E402
                           write_json_atomic, write_text_atomic)
 
@@ -1078,7 +1078,7 @@ def _setup(quick: bool, cfg: dict, rn: Runner) -> dict:
                         "wrong side, else not reproduced. Single numbers (bubbles): "
                         "sim / paper within 20%"),
         "mode": "exact (T = 0, deterministic)", "quick": quick,
-        "simulator_source": source_fingerprint("dropping", "kunserve-semantics.md"), "configuration": cfg,
+        "configuration": cfg,
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
@@ -1135,8 +1135,9 @@ def write_outputs(res: dict, out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    doc = plain(_strip(res))
-    md = render_markdown(doc)
+    doc = stamped(plain(_strip(res)))
+    prov = doc["provenance"]
+    md = stamp_markdown(render_markdown(doc), prov)
     figs = {"kunserve_memory.png": render_memory_png(res),
             "kunserve_throughput.png": render_throughput_png(res),
             "kunserve_slo.png": render_slo_png(res)}
@@ -1145,7 +1146,7 @@ def write_outputs(res: dict, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     for name, fig in figs.items():
-        savefig_atomic(fig, out / name, dpi=100)
+        savefig_atomic(fig, out / name, dpi=100, metadata=png_metadata(prov))
         plt.close(fig)
 
 

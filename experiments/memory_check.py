@@ -31,6 +31,7 @@ from pathlib import Path
 from hardware import get_device, get_model, vllm_memory_profile
 from hardware.memory_profile import GiB, VERSION_LINES
 from tuner.atomic import plain, write_json_atomic, write_text_atomic
+from experiments.results_io import stamp_markdown, stamped
 from tuner.workloads.presets import traces_dir
 
 __all__ = ["CSV_NAME", "TOLERANCE", "check_record", "main", "parse_record",
@@ -342,8 +343,10 @@ def main(argv=None) -> int:
                  "driver_memory_sources": {
                      d: get_device(d).source("driver_memory_bytes") for d in devices}})
     args.out.mkdir(parents=True, exist_ok=True)
+    res = stamped(res)
     write_json_atomic(args.out / "memory_check.json", res)
-    write_text_atomic(args.out / "memory_check.md", render(res))
+    write_text_atomic(args.out / "memory_check.md",
+                      stamp_markdown(render(res), res["provenance"]))
     print(f"memory_check: {summary['within']} of {summary['implemented']} records "
           f"within {TOLERANCE:.0%}; wrote {args.out}/memory_check.json and .md",
           file=sys.stderr)

@@ -62,6 +62,7 @@ from pathlib import Path
 import numpy as np
 
 from tuner.atomic import plain, savefig_atomic, write_json_atomic, write_text_atomic
+from experiments.results_io import png_metadata, stamp_markdown, stamped
 
 __all__ = ["PAPER", "WORKLOADS", "main", "render_markdown", "run"]
 
@@ -1301,7 +1302,8 @@ def render_png(res: dict, path) -> None:
         for a in axs[1]:
             a.axis("off")
     fig.tight_layout()
-    savefig_atomic(fig, path, dpi=110)
+    meta = {"metadata": png_metadata(res["provenance"])} if "provenance" in res else {}
+    savefig_atomic(fig, path, dpi=110, **meta)
     plt.close(fig)
 
 
@@ -1391,7 +1393,8 @@ def main(argv=None) -> int:
     _enable_compile_cache()
     res = run(quick=args.quick, seed=args.seed, rate=args.rate, max_len=args.max_len,
               n_seeds=args.n_seeds, tune=False if args.no_tune else None)
-    md = render_markdown(res)
+    res = stamped(res)
+    md = stamp_markdown(render_markdown(res), res["provenance"])
     if args.out is not None:
         write_json_atomic(args.out / "odma_tables.json", plain(res), sort_keys=False)
         write_text_atomic(args.out / "odma_tables.md", md)

@@ -43,6 +43,7 @@ import numpy as np  # noqa: E402
 
 from models import get_system, metrics, simulate_until_done, validate_params  # noqa: E402
 from tuner.atomic import write_json_atomic, write_text_atomic  # noqa: E402
+from experiments.results_io import stamp_markdown, stamped  # noqa: E402
 from tuner.scenario import ScenarioSpec, build_scenario  # noqa: E402
 from tuner.workloads.presets import traces_dir  # noqa: E402
 
@@ -263,8 +264,9 @@ def main(argv=None) -> int:
     res = {"reference": REFERENCE, "vidur": VIDUR, "tolerance": TOLERANCE,
            "runs": runs, **meta}
     res["notes"] = notes(res)
+    res = stamped(res)
     write_json_atomic(args.out / "vidur_check.json", res)
-    md = render(res)
+    md = stamp_markdown(render(res), res["provenance"])
     write_text_atomic(args.out / "vidur_check.md", md)
     print(md)
     return 0

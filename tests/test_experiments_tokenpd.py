@@ -97,6 +97,13 @@ def test_claims(res):
         assert c["verdict"] == "supported" or c["cause"], cid
     for cid in ("quality_full_cache_128", "quality_vs_fifo_128"):
         assert by_id[cid]["verdict"] in VERDICTS and _num(by_id[cid]["sim"])
+    for c in res["claims"]:  # "equal within noise" is two-sided
+        if c["kind"] == "quality" and c.get("sim_baseline") and c["sim"] is not None:
+            pd, b = c["sim"], c["sim_baseline"]
+            close = abs(pd - b) <= 0.2 * max(pd, b) + 1e-3
+            want = ("supported" if close else "contradicted" if pd > b
+                    else "not reproduced")
+            assert c["verdict"] == want, (c["id"], pd, b)
     table = [c for c in res["claims"] if c["kind"] == "absolute"]
     assert len(table) == 4 * 3
     for c in table:
