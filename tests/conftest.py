@@ -11,13 +11,36 @@ The experiment scripts' persistent XLA cache (``KVTUNE_JAX_CACHE``) stays off in
 test process unless the environment sets it: enabled midway through the suite (by the
 first experiment test), JAX's cache read/write crashed the process with a segmentation
 fault in later tests (twice, in ``test_readme``'s tour).
+
+Instead, the suite runs with JAX's own persistent compilation cache set from its start
+(environment variables read when jax is imported, so it is never switched on midway): a
+fresh folder per run, shared by the xdist workers and removed at the end. The suite
+compiles the same simulators in many modules (compiled executables are dropped after
+each module, see below) and in both workers; with the cache a repeated compile is a
+read. ``KVTUNE_TEST_JAX_CACHE=0`` turns it off; a ``JAX_COMPILATION_CACHE_DIR`` already
+in the environment is used as it is (and kept).
 """
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
 os.environ.setdefault("KVTUNE_JAX_CACHE", "0")
+
+_CREATED_CACHE = None
+if (os.environ.get("KVTUNE_TEST_JAX_CACHE", "1") != "0"
+        and "JAX_COMPILATION_CACHE_DIR" not in os.environ):
+    # the controller sets it before the workers start; they inherit the environment
+    _CREATED_CACHE = tempfile.mkdtemp(prefix="kvtune-test-jax-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _CREATED_CACHE
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+
+
+def pytest_unconfigure(config):
+    if _CREATED_CACHE and not hasattr(config, "workerinput"):
+        shutil.rmtree(_CREATED_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -51,14 +51,18 @@ def _slice(name, start, n, squeeze, max_prompt=1500, max_out=200):
             np.maximum(np.minimum(tr.output_tokens[sl], max_out), 1))
 
 
+def _cfg(n_slots: int) -> ServerConfig:
+    return ServerConfig(capacity_tokens=jnp.float32(C), max_batch=jnp.int32(32),
+                        max_prefill=jnp.float32(1024.0), ttft_slo_s=jnp.float32(5.0),
+                        tpot_slo_s=jnp.float32(0.2), token_scale=jnp.float32(32.0),
+                        kv_bytes_per_token=jnp.float32(KVB),
+                        watermark_tokens=jnp.float32(20.0), n_slots=n_slots,
+                        admit_window=8, max_len=256, chunked=True)
+
+
 def _run(system, arr, prompt, out, n_inst, steps, params=None, **fam):
     opts = make_options(system, block=8, n_instances=n_inst, **fam)
-    cfg = ServerConfig(capacity_tokens=jnp.float32(C), max_batch=jnp.int32(32),
-                       max_prefill=jnp.float32(1024.0), ttft_slo_s=jnp.float32(5.0),
-                       tpot_slo_s=jnp.float32(0.2), token_scale=jnp.float32(32.0),
-                       kv_bytes_per_token=jnp.float32(KVB),
-                       watermark_tokens=jnp.float32(20.0), n_slots=32, admit_window=8,
-                       max_len=256, chunked=True)
+    cfg = _cfg(32)
     wl = make_workload(arr, prompt, out, out.astype(float), np.zeros(len(out)))
     inputs = make_inputs(wl, cfg, opts, deployment=DEP)
     p = {k: jnp.asarray(v) for k, v in get_system(system).default_params(256, HW).items()}
@@ -159,12 +163,7 @@ def test_family_deployment_numbers_equal_the_reference():
     """W, the lookahead cost model and the per-chunk overhead the family derives from the
     deployment equal the reference's own (float32 on the JAX side)."""
     opts = make_options("kunserve", n_instances=2)
-    cfg = ServerConfig(capacity_tokens=jnp.float32(C), max_batch=jnp.int32(32),
-                       max_prefill=jnp.float32(1024.0), ttft_slo_s=jnp.float32(5.0),
-                       tpot_slo_s=jnp.float32(0.2), token_scale=jnp.float32(32.0),
-                       kv_bytes_per_token=jnp.float32(KVB),
-                       watermark_tokens=jnp.float32(20.0), n_slots=8, admit_window=8,
-                       max_len=256, chunked=True)
+    cfg = _cfg(8)
     wl = make_workload(np.zeros(2), np.array([10, 10]), np.array([2, 2]),
                        np.array([2.0, 2.0]), np.zeros(2))
     x = make_inputs(wl, cfg, opts, deployment=DEP).extra

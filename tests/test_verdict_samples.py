@@ -160,14 +160,7 @@ def test_sample_key_is_the_simulated_inputs_not_the_seed():
 # --- the fit CLI: exit code, nothing written, the JSON's verdict section --------------
 
 
-def _fake_fit(params):
-    from types import SimpleNamespace
-
-    def fake(spec, st, **kw):
-        return SimpleNamespace(params=params, default_params=params, estimators={},
-                               floor=0.1, steps=1, train_objective="goodput_rps",
-                               rates=[1.0], cost=1.0, history=[], best_exact=1.0)
-    return fake
+from tests.test_fit import _fake_fit  # noqa: E402  (the same stand-in fit)
 
 
 def _one_sample_validate(system, policies, objective, win, seeds, log=None):
