@@ -94,9 +94,11 @@ def test_readme_figures_name_their_result(results):
                 bad.append(f"names a missing result {p}: {b[:60]!r}")
                 continue
             rel = Path(p.replace("*", "x")).relative_to("experiments/results")
-            g = (f"experiments/results/{rel.parts[0]}/" if len(rel.parts) > 1
+            top = ROOT / "experiments/results" / rel.parts[0]
+            g = (f"experiments/results/{rel.parts[0]}/" if top.is_dir()
                  else f"experiments/results/{rel.stem}.*")
-            if status.get(g, {"current"}) - {"current"} and "stale" not in b.lower():
+            assert g in status, f"{p} belongs to no listed result ({g})"
+            if status[g] - {"current"} and "stale" not in b.lower():
                 bad.append(f"quotes {g} ({status[g]}) without saying stale: {b[:60]!r}")
     assert not bad, "\n".join(bad)
 
