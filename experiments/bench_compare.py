@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tuner.atomic import plain, write_json_atomic, write_text_atomic
+from tuner.common.atomic import plain, write_json_atomic, write_text_atomic
 from experiments.results_io import stamp_markdown, stamped
 from tuner.workloads.presets import traces_dir
 

@@ -294,7 +294,7 @@ def main(argv=None) -> dict:
     print(md)
     if args.out:
         from experiments.results_io import stamp_markdown, stamped
-        from tuner.atomic import plain, write_json_atomic, write_text_atomic
+        from tuner.common.atomic import plain, write_json_atomic, write_text_atomic
 
         doc = stamped(res)
         write_json_atomic(os.path.join(args.out, "bench_sim.json"), plain(doc),

@@ -18,18 +18,18 @@ problem's scenarios) of one system's policy with many interacting parameters:
 * ``odma``: the paper's 6 parameters (the low-dimensional reference; not in the default
   run: ``experiments/results/bench_tuners_odma6.md`` holds its figures).
 
-Every method tunes the same problem (``tuner.fitting.build_problem`` of the problem's
+Every method tunes the same problem (``tuner.search.fitting.build_problem`` of the problem's
 scenarios for the seed), is scored on its exact objective, and pays in one unit: exact
 evaluations of the problem. A gradient step is charged the measured ratio of a relaxed
 forward + backward pass to an exact evaluation (timed in each task); every exact
 evaluation a tuner makes (gradient checks, exploration, exact checks) is charged in full.
 
-* ``gradient``: :func:`tuner.fitting.fit`, gradient checks along random directions.
+* ``gradient``: :func:`tuner.search.fitting.fit`, gradient checks along random directions.
 * ``gradient-coords``: the same with per-coordinate checks (2 evaluations per parameter,
   and exact finite differences for every coordinate whose relaxed gradient disagrees).
 * ``hybrid``: ``gradient`` started from the best of the start and ``explore`` random
   exact samples.
-* ``tpe``, ``cmaes``, ``random``: :func:`tuner.search.search` in the theta box.
+* ``tpe``, ``cmaes``, ``random``: :func:`tuner.search.blackbox.search` in the theta box.
 
 Usage (from the repository root)::
 
@@ -38,7 +38,7 @@ Usage (from the repository root)::
 
 Writes ``bench_tuners.json`` (settings, every evaluation, curves, summary),
 ``bench_tuners.md`` (tables, also printed) and ``bench_tuners.png`` (curves) to ``--out``;
-the JSON's ``provenance`` (``tuner.provenance``: command, commit, source fingerprint) is
+the JSON's ``provenance`` (``tuner.common.provenance``: command, commit, source fingerprint) is
 stamped as the markdown's last line.
 Set ``JAX_COMPILATION_CACHE_DIR`` to reuse compiled simulators between runs.
 """
@@ -61,8 +61,8 @@ import numpy as np
 from experiments.bench_tuners_report import (BLACKBOX_METHODS, GRADIENT_METHODS,
                                              best_so_far, cost_to_reach, render_markdown,
                                              render_plot, summarise)
-from tuner.atomic import (plain, unwritable_reason, write_bytes_atomic, write_json_atomic,
-                          write_text_atomic)
+from tuner.common.atomic import (plain, unwritable_reason, write_bytes_atomic,
+                                 write_json_atomic, write_text_atomic)
 
 __all__ = ["FULL", "METHODS", "PROBLEMS", "QUICK", "BenchConfig", "TuneProblem",
            "best_so_far", "cost_to_reach", "main", "run_task"]
@@ -118,7 +118,7 @@ class BenchConfig:
     methods: tuple = ("gradient", "hybrid") + BLACKBOX_METHODS  # gradient-coords: opt in
     seeds: int = 5
     first_seed: int = 0
-    objective: str = "default"   # goodput (tuner.capacity)
+    objective: str = "default"   # goodput (tuner.objective.capacity)
     margin: float = 0.0          # FitSettings.margin: the bounds as given
     n_requests: int = 120
     n_slots: int = 128           # enough slots that KV memory, the policy's, binds
@@ -148,7 +148,7 @@ QUICK = BenchConfig(problems=("odma-16",), seeds=2, n_requests=40, n_slots=16, c
 
 
 def _settings(cfg: BenchConfig, pb: TuneProblem, seed: int, **over):
-    from tuner.fitting import FitSettings
+    from tuner.search.fitting import FitSettings
 
     return FitSettings(system=pb.system, objective=cfg.objective, margin=cfg.margin,
                        budget=cfg.grad_steps, crn=cfg.crn, check_every=cfg.check_every,
@@ -180,9 +180,9 @@ def grad_cost(prob, theta, t: float, reps: int) -> dict:
 
 def gradient_quality(prob, theta, cfg: BenchConfig) -> dict:
     """Per parameter and temperature: how many coordinates' checks against the exact
-    CRN central difference fall in each class of :func:`tuner.gradcheck.classify` (agree,
+    CRN central difference fall in each class of :func:`tuner.search.gradcheck.classify` (agree,
     disagree, vanishing, flat: the fit's rule)."""
-    from tuner.gradcheck import CLASSES, check
+    from tuner.search.gradcheck import CLASSES, check
 
     coords = prob.space.coords()
     fd = prob.fd(theta, coords, cfg.fd_step)
@@ -201,8 +201,8 @@ def gradient_quality(prob, theta, cfg: BenchConfig) -> dict:
 
 def run_task(problem: str, seed: int, cfg: BenchConfig) -> dict:
     """Every method on one ``(problem, seed)``; costs in exact evaluations."""
-    from tuner.fitting import build_problem, fit
-    from tuner.search import search
+    from tuner.search.fitting import build_problem, fit
+    from tuner.search.blackbox import search
 
     pb = PROBLEMS[problem]
     specs = pb.specs(cfg, seed)
@@ -341,7 +341,7 @@ def main(argv=None) -> int:
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from tuner.provenance import provenance
+    from tuner.common.provenance import provenance
 
     doc = {"schema_version": SCHEMA_VERSION, "provenance": provenance(),
            "settings": cfg.to_dict(),

@@ -217,7 +217,7 @@ def _why(doc) -> list[str]:
 
 
 def _vanishing() -> float:
-    from tuner.gradcheck import VANISHING_RATIO
+    from tuner.search.gradcheck import VANISHING_RATIO
 
     return VANISHING_RATIO
 
@@ -272,7 +272,7 @@ def render_markdown(doc: dict) -> str:
               "At each problem's start policy (first seed): the relaxed gradient of the "
               "log objective at each temperature against exact CRN central finite "
               f"differences (step {cfg['fd_step']} in theta) per coordinate, classified "
-              "by `tuner.gradcheck.classify` (the fit's rule): 'flat', the exact "
+              "by `tuner.search.gradcheck.classify` (the fit's rule): 'flat', the exact "
               "difference is 0 up to float32 rounding (nothing to agree with); "
               f"'vanishing', the relaxed derivative is under {_vanishing():.0%} of the "
               "exact difference "
@@ -311,7 +311,7 @@ def render_markdown(doc: dict) -> str:
     lines += ["", "Final columns: the best exact objective each method reached with its "
               "whole budget (the gradient tuners: every exact evaluation they made)."]
     if doc.get("provenance"):
-        from tuner.provenance import stamp_text
+        from tuner.common.provenance import stamp_text
 
         lines += ["", stamp_text(doc["provenance"])]
     return "\n".join(lines) + "\n"

@@ -31,10 +31,10 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from tuner import calibration as cal  # noqa: E402
-from tuner.atomic import plain, write_json_atomic, write_text_atomic  # noqa: E402
+from tuner.calibration import roofline_fit as cal  # noqa: E402
+from tuner.common.atomic import plain, write_json_atomic, write_text_atomic  # noqa: E402
 from experiments.results_io import provenance, stamp_markdown, stamped  # noqa: E402
-from tuner.calibrate import SYSTEM, _target, compare, spec_for  # noqa: E402
+from tuner.calibration.measured import SYSTEM, compare, measured_target, spec_for  # noqa: E402
 from tuner.scenario import ScenarioSpec, build_scenario  # noqa: E402
 from tuner.workloads.presets import traces_dir  # noqa: E402
 
@@ -67,7 +67,7 @@ def run_file(name: str, *, model: str | None = None, budget: int = 200,
     base = ScenarioSpec(hardware=device, model=model or ScenarioSpec().model)
     spec, meas = spec_for(str(path), base, given)
     sc = build_scenario(spec)
-    target = _target(meas, HOLDOUT, True)
+    target = measured_target(meas, HOLDOUT, True)
     pairs = [(sc, target)]
     print(f"experiments.calibrate_check: {name}: gradient fit", file=sys.stderr, flush=True)
     res = cal.fit(pairs, system=SYSTEM, starts=starts)

@@ -12,7 +12,7 @@ every baseline (static, paged, S3) in exact mode on held-out windows x held-out 
 (``win`` / ``tie`` / ``loss``) on paired held-out differences; this script only collects
 and tabulates what the fit measured.
 
-Goodput (``tuner.capacity``) is the highest arrival rate, the trace's own arrival
+Goodput (``tuner.objective.capacity``) is the highest arrival rate, the trace's own arrival
 pattern rescaled, at which at least 90% of requests meet both the TTFT and the TPOT SLO.
 
 Writes, atomically and again after every case (so an interrupted run keeps what it
@@ -41,7 +41,8 @@ import traceback  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from tuner.atomic import plain, savefig_atomic, write_json_atomic, write_text_atomic  # noqa: E402
+from tuner.common.atomic import (plain, savefig_atomic, write_json_atomic,
+                                 write_text_atomic)  # noqa: E402
 from experiments.results_io import png_metadata, stamp_markdown, stamped  # noqa: E402
 
 __all__ = ["CASES", "QUICK_ARGS", "POLICIES", "main", "run", "render_markdown",
@@ -207,7 +208,7 @@ def run_case(name: str, case_argv: list[str], description: str, out_dir: Path,
 
 def _enable_compile_cache() -> None:
     try:
-        from experiments.odma_tables import _enable_compile_cache as enable
+        from experiments.paper_tables import enable_compile_cache as enable
 
         enable()
     except Exception:  # noqa: BLE001 - the cache is an optimisation only
@@ -231,7 +232,7 @@ def run(names: list[str], out_dir: Path, quick: bool = False,
         "objective": "the fit's default (goodput_rps)",
         "goodput": "highest arrival rate (the trace's own arrival pattern rescaled) at "
                    "which >= 90% of requests meet both the TTFT and the TPOT SLO "
-                   "(tuner.capacity)",
+                   "(tuner.objective.capacity)",
         "intervals": "Student-t 95% over held-out window x held-out seed samples "
                      "(held-out) or over seeds (whole slice), as computed by the fit",
         "quick": quick, "quick_args": QUICK_ARGS if quick else None,

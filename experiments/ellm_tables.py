@@ -25,7 +25,7 @@ What this script runs (every choice is also written into the JSON's ``setup``):
   rescaled to each rate of a grid that spans no queueing to overload for all three
   systems; per point TTFT p50/p99, TPOT p50/p99, SLO attainment, output throughput,
   largest decode batch and eLLM's offloads; per system the goodput (highest rate with
-  >= 90% SLO attainment, ``tuner.capacity.exact_capacity``'s ladder and bisection).
+  >= 90% SLO attainment, ``tuner.objective.capacity.exact_capacity``'s ladder and bisection).
 * Offline (Figure 11, right): ``fixed:131072:8192:8``, every request at t = 0; largest
   decode batch, decode throughput and output throughput of eLLM vs vLLM.
 * The paper's claims beside the simulated values: ratio sim/paper and whether it is
@@ -44,14 +44,14 @@ import sys
 if __name__ == "__main__":  # progress from the first second (JAX loads with the runs)
     print("experiments.ellm_tables: starting", file=sys.stderr, flush=True)
 
-import argparse  # noqa: E402
 import math  # noqa: E402
 import time  # noqa: E402
-from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from tuner.atomic import plain, savefig_atomic, write_json_atomic, write_text_atomic  # noqa: E402
-from experiments.results_io import png_metadata, stamp_markdown, stamped  # noqa: E402
+from experiments.paper_tables import (  # noqa: E402
+    BaseRunner, argument_parser, bullets, enable_compile_cache, error, fmt, footer,
+    make_out, md_head, md_row, now_utc, pyplot, ratio, save_figure, set_reason, stamp,
+    within, write_outputs, yn)
 
 __all__ = ["CLAIMS", "OFFLINE", "QUICK", "SYSTEMS", "WORKLOADS", "claims", "main",
            "render_markdown", "render_png", "run"]
@@ -65,7 +65,7 @@ MAX_NUM_SEQS = 256  # vLLM's default max_num_seqs (ScenarioSpec's max_batch/n_sl
 SEED = 0
 SYSTEMS = ("ellm", "vllm", "vllm-cp")
 BASELINES = ("vllm", "vllm-cp")
-TARGET = 0.9  # goodput: >= 90% SLO attainment (tuner.capacity.TARGET)
+TARGET = 0.9  # goodput: >= 90% SLO attainment (tuner.objective.capacity.TARGET)
 WITHIN = 0.20
 SHAREGPT_FILE = "sharegpt-8k-lengths.csv"
 
@@ -146,20 +146,9 @@ TTFT_STATS = ("ttft_p50_s", "ttft_p99_s")
 COLORS = {"ellm": "tab:red", "vllm": "tab:gray", "vllm-cp": "tab:blue"}
 
 
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 # --------------------------------------------------------------------------- running
-class Runner:
+class Runner(BaseRunner):
     """Builds scenarios and runs systems, logging each run with the elapsed time."""
-
-    def __init__(self):
-        self.t0 = time.perf_counter()
-        self.runs = 0
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.t0
 
     def scenario(self, trace: str, n: int):
         from tuner.scenario import ScenarioSpec, build_scenario
@@ -177,22 +166,22 @@ class Runner:
         return get_system(system).default_params(sc.cfg.max_len)
 
     def run(self, sc, system: str, label: str) -> dict:
-        from tuner.evaluate import evaluate
+        from tuner.objective.evaluate import evaluate
 
         t = time.perf_counter()
         m = evaluate(sc, system, self.params(sc, system), objective="slo_attainment")
         self.runs += 1
         out = {k: float(m[k]) for k in KEEP if k in m}
         out["wall_s"] = round(time.perf_counter() - t, 2)
-        _log(f"[{self.elapsed():6.1f}s] {label:<16} {system:<8} TTFT p50 "
-             f"{out['ttft_p50_s']:8.3f} s p99 {out['ttft_p99_s']:8.3f} s, TPOT p50 "
-             f"{out['tpot_p50_s']:.4f} s, SLO {out['slo_attainment']:.3f}, "
-             f"batch {out['max_batch_size']:.0f}, offloads {out['offloads']:.0f} "
-             f"({out['wall_s']:.1f}s)")
+        self.progress(f"{label:<16} {system:<8} TTFT p50 {out['ttft_p50_s']:8.3f} s "
+                      f"p99 {out['ttft_p99_s']:8.3f} s, TPOT p50 "
+                      f"{out['tpot_p50_s']:.4f} s, SLO {out['slo_attainment']:.3f}, "
+                      f"batch {out['max_batch_size']:.0f}, offloads "
+                      f"{out['offloads']:.0f} ({out['wall_s']:.1f}s)")
         return out
 
     def goodput(self, sc, system: str, label: str) -> dict:
-        from tuner.evaluate import evaluate
+        from tuner.objective.evaluate import evaluate
 
         t = time.perf_counter()
         m = evaluate(sc, system, self.params(sc, system), objective="goodput_rps")
@@ -209,8 +198,8 @@ class Runner:
                                        (cap.get("rungs") or {}).items()},
                "at_goodput": {k: float(m[k]) for k in KEEP if k in m},
                "wall_s": round(time.perf_counter() - t, 2)}
-        _log(f"[{self.elapsed():6.1f}s] {label:<16} {system:<8} goodput "
-             f"{out['goodput_rps']:.4g} req/s ({out['runs']} runs, {out['wall_s']:.1f}s)")
+        self.progress(f"{label:<16} {system:<8} goodput {out['goodput_rps']:.4g} req/s "
+                      f"({out['runs']} runs, {out['wall_s']:.1f}s)")
         return out
 
 
@@ -243,12 +232,6 @@ def _act_tokens(sc, tokens: float, rows: float) -> float:
     return float(activation(sc.inputs("ellm").extra).act(tokens, rows))
 
 
-def _ratio(a, b):
-    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) or b <= 0:
-        return None
-    return a / b
-
-
 def run_workload(rn: Runner, name: str, wl: dict, goodput_systems=SYSTEMS) -> dict:
     sc = rn.scenario(wl["trace"], wl["n"])
     entry = {"label": wl["label"], "trace": wl["trace"], "n_requests": wl["n"],
@@ -267,14 +250,16 @@ def run_workload(rn: Runner, name: str, wl: dict, goodput_systems=SYSTEMS) -> di
         row = {"rate_rps": pt["rate_rps"]}
         for b in BASELINES:
             for st in TTFT_STATS:
-                row[f"{b}_over_ellm_{st[:-2]}"] = _ratio(ms[b][st], ms["ellm"][st])
+                row[f"{b}_over_ellm_{st[:-2]}"] = ratio(ms[b][st], ms["ellm"][st],
+                                                        positive=True)
         entry["ttft_ratios"].append(row)
     entry["deployment"] = _deployment(sc)
     entry["prefill_activation_tokens"] = _act_tokens(
         sc, float(sc.summary["prompt_tokens"]["max"]), 1.0)
     g = {sy: entry["goodput"][sy]["goodput_rps"] if sy in entry["goodput"] else None
          for sy in SYSTEMS}
-    entry["goodput_ratios"] = {f"ellm_over_{b}": _ratio(g["ellm"], g[b]) for b in BASELINES}
+    entry["goodput_ratios"] = {f"ellm_over_{b}": ratio(g["ellm"], g[b], positive=True)
+                               for b in BASELINES}
     return entry
 
 
@@ -285,7 +270,7 @@ def run_offline(rn: Runner, case: dict, systems=SYSTEMS) -> dict:
              "arrivals": "all at t = 0 (Scenario.at_rate(inf))", "slo": dict(sc.slo),
              "systems": {sy: rn.run(s, sy, "offline 128k/8k") for sy in systems}}
     e, v = entry["systems"]["ellm"], entry["systems"]["vllm"]
-    entry["ratios_ellm_over_vllm"] = {k: _ratio(e[k], v[k]) for k in
+    entry["ratios_ellm_over_vllm"] = {k: ratio(e[k], v[k], positive=True) for k in
                                       ("max_batch_size", "decode_tps", "tps")}
     # memory arithmetic of the batch-size ceiling (semantics: Units and memory model)
     dep = _deployment(sc)
@@ -320,18 +305,8 @@ def run_offline(rn: Runner, case: dict, systems=SYSTEMS) -> dict:
 
 
 # --------------------------------------------------------------------------- claims
-def _within(x) -> bool | None:
-    return None if x is None else abs(x - 1.0) <= WITHIN
-
-
-def _fmt(x, f=".3g") -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "—"
-    return format(x, f)
-
-
 def _x(x) -> str:
-    return "—" if _fmt(x) == "—" else f"{_fmt(x)}x"
+    return "—" if fmt(x) == "—" else f"{fmt(x)}x"
 
 
 def _tok(x) -> str:
@@ -384,11 +359,9 @@ def _ttft_claim(res: dict, cid: str) -> list[dict]:
                 row["sim"], row["rate_rps"] = best
                 row["where"] = f"{c['workload']} at {best[1]:g} req/s"
                 row["per_rate"] = {f"{r:g}": v for v, r in vals}
-        row["ratio_sim_over_paper"] = _ratio(row["sim"], row["paper"])
-        row["within_20pct"] = _within(row["ratio_sim_over_paper"])
-        text = _ttft_text(res, c, st, row)
-        row["cause"] = None if row["within_20pct"] else text
-        row["note"] = text if row["within_20pct"] else None
+        row["ratio_sim_over_paper"] = ratio(row["sim"], row["paper"], positive=True)
+        row["within_20pct"] = within(row["ratio_sim_over_paper"], WITHIN)
+        set_reason(row, _ttft_text(res, c, st, row), row["within_20pct"])
         rows.append(row)
     return rows
 
@@ -405,13 +378,13 @@ def _ttft_text(res: dict, c: dict, st: str, row: dict) -> str:
     lo, hi = rates[0], rates[-1]
     m = _mem(res)
     msg = (f"the statistic is a maximum over rates and depends on where the grid sits "
-           f"relative to {b}'s saturation: {b} / ellm {stat} is {_fmt(per[f'{lo:g}'])}x "
-           f"at the lowest rate, {lo:g} req/s, and peaks at {_fmt(row['sim'])}x at "
-           f"{row['rate_rps']:g} req/s ({b} {_fmt(at[b][st])} s vs ellm "
-           f"{_fmt(at['ellm'][st])} s)")
+           f"relative to {b}'s saturation: {b} / ellm {stat} is {fmt(per[f'{lo:g}'])}x "
+           f"at the lowest rate, {lo:g} req/s, and peaks at {fmt(row['sim'])}x at "
+           f"{row['rate_rps']:g} req/s ({b} {fmt(at[b][st])} s vs ellm "
+           f"{fmt(at['ellm'][st])} s)")
     if row["rate_rps"] != hi:
-        msg += (f", falling to {_fmt(per[f'{hi:g}'])}x at {hi:g} req/s where ellm queues "
-                f"too (its {stat} {_fmt(pts[hi]['ellm'][st])} s)")
+        msg += (f", falling to {fmt(per[f'{hi:g}'])}x at {hi:g} req/s where ellm queues "
+                f"too (its {stat} {fmt(pts[hi]['ellm'][st])} s)")
     else:
         msg += ", the grid's top rate"
     msg += ". "
@@ -431,8 +404,8 @@ def _ttft_text(res: dict, c: dict, st: str, row: dict) -> str:
     tot = _grid_totals(wl)
     prompt = float(wl["summary"]["prompt_tokens"]["max"])
     if stat == "ttft_p99" and at["ellm"][st] > wl["slo"]["ttft_s"]:
-        msg += (f"ellm's own p99 at {row['rate_rps']:g} req/s is {_fmt(at['ellm'][st])} s, "
-                f"over the {_fmt(wl['slo']['ttft_s'])} s TTFT SLO: eLLM queues its tail "
+        msg += (f"ellm's own p99 at {row['rate_rps']:g} req/s is {fmt(at['ellm'][st])} s, "
+                f"over the {fmt(wl['slo']['ttft_s'])} s TTFT SLO: eLLM queues its tail "
                 "too, so the p99 ratio stays far below the median's. ")
     if tot["offloads"] == 0:
         msg += "eLLM's CPU buffer does not relieve the queue on this workload: no offload "
@@ -457,11 +430,10 @@ def _goodput_claim(res: dict, cid: str) -> dict:
     if vals:
         best = max(vals)
         row["sim"], row["where"] = best[0], best[1]
-    row["ratio_sim_over_paper"] = _ratio(row["sim"], row["paper"])
-    row["within_20pct"] = _within(row["ratio_sim_over_paper"])
-    text = _goodput_text(res, b) if vals else "not run in this configuration"
-    row["cause"] = None if row["within_20pct"] else text
-    row["note"] = text if row["within_20pct"] else None
+    row["ratio_sim_over_paper"] = ratio(row["sim"], row["paper"], positive=True)
+    row["within_20pct"] = within(row["ratio_sim_over_paper"], WITHIN)
+    set_reason(row, _goodput_text(res, b) if vals else "not run in this configuration",
+               row["within_20pct"])
     return row
 
 
@@ -495,9 +467,9 @@ def _goodput_text(res: dict, b: str) -> str:
     for n, w in res["workloads"].items():
         g = w["goodput"]
         if "ellm" in g and b in g:
-            ratios.append(f"{n} {_fmt(g['ellm']['goodput_rps'], '.4g')} vs "
-                          f"{_fmt(g[b]['goodput_rps'], '.4g')} req/s "
-                          f"({_fmt(w['goodput_ratios'][f'ellm_over_{b}'])}x; ellm "
+            ratios.append(f"{n} {fmt(g['ellm']['goodput_rps'], '.4g')} vs "
+                          f"{fmt(g[b]['goodput_rps'], '.4g')} req/s "
+                          f"({fmt(w['goodput_ratios'][f'ellm_over_{b}'])}x; ellm "
                           f"offloads at its goodput "
                           f"{g['ellm']['at_goodput']['offloads']:.0f})")
     msg = "Goodput ellm vs " + b + ": " + "; ".join(ratios) + ". " + _binding(res)
@@ -533,9 +505,9 @@ def _goodput_text(res: dict, b: str) -> str:
         p = next(q["systems"] for q in w["points"] if q["rate_rps"] == r)
         e, x = p["ellm"], p[b]
         pts.append(f"{n} at {r:g} req/s: SLO attainment ellm {e['slo_attainment']:.3f} vs "
-                   f"{x['slo_attainment']:.3f}, TTFT p50 {_fmt(e['ttft_p50_s'])} vs "
-                   f"{_fmt(x['ttft_p50_s'])} s, TPOT p50 {_fmt(e['tpot_p50_s'])} vs "
-                   f"{_fmt(x['tpot_p50_s'])} s, largest batch "
+                   f"{x['slo_attainment']:.3f}, TTFT p50 {fmt(e['ttft_p50_s'])} vs "
+                   f"{fmt(x['ttft_p50_s'])} s, TPOT p50 {fmt(e['tpot_p50_s'])} vs "
+                   f"{fmt(x['tpot_p50_s'])} s, largest batch "
                    f"{e['max_batch_size']:.0f} vs {x['max_batch_size']:.0f}, ellm decode "
                    f"stalls {e['stalls']:.0f}, prefill activation per admission "
                    f"{_tok(w['prefill_activation_tokens'])} tokens")
@@ -553,14 +525,12 @@ def _offline_claim(res: dict, cid: str) -> dict:
     if off is not None:
         row["sim"] = off["ratios_ellm_over_vllm"][c["metric"]]
         e, v = off["systems"]["ellm"], off["systems"]["vllm"]
-        row["where"] = (f"{off['trace']} at t = 0: ellm {_fmt(e[c['metric']], '.4g')}, "
-                        f"vllm {_fmt(v[c['metric']], '.4g')}")
-    row["ratio_sim_over_paper"] = _ratio(row["sim"], row["paper"])
-    row["within_20pct"] = _within(row["ratio_sim_over_paper"])
-    text = (_offline_text(res, c["metric"]) if row["sim"] is not None
-            else "not run in this configuration")
-    row["cause"] = None if row["within_20pct"] else text
-    row["note"] = text if row["within_20pct"] else None
+        row["where"] = (f"{off['trace']} at t = 0: ellm {fmt(e[c['metric']], '.4g')}, "
+                        f"vllm {fmt(v[c['metric']], '.4g')}")
+    row["ratio_sim_over_paper"] = ratio(row["sim"], row["paper"], positive=True)
+    row["within_20pct"] = within(row["ratio_sim_over_paper"], WITHIN)
+    set_reason(row, (_offline_text(res, c["metric"]) if row["sim"] is not None
+                     else "not run in this configuration"), row["within_20pct"])
     return row
 
 
@@ -596,8 +566,8 @@ def _offline_text(res: dict, metric: str) -> str:
         msg += (f" With equal batch sizes the throughput ratio comes from vLLM holding "
                 f"only {m['vllm_requests_at_full_length']} request(s) at full length: its "
                 f"preempted requests recompute their prefill and decode steps run with a "
-                f"smaller batch (TPOT p50 ellm {_fmt(e['tpot_p50_s'])} s vs vllm "
-                f"{_fmt(v['tpot_p50_s'])} s). The text (section 6.4) states the 1.82x/2.32x "
+                f"smaller batch (TPOT p50 ellm {fmt(e['tpot_p50_s'])} s vs vllm "
+                f"{fmt(v['tpot_p50_s'])} s). The text (section 6.4) states the 1.82x/2.32x "
                 "at 128k-8k for the Jamba architecture on two GPUs; Llama3-8B-262K's "
                 "own bar in Figure 11 is not given in the text.")
     else:
@@ -697,33 +667,31 @@ def _setup(quick: bool) -> dict:
                "(tuner.scenario._slos; the paper: 25x those of requests finished at "
                "rate 0.01)",
         "goodput": f"highest rate with >= {TARGET:.0%} SLO attainment "
-                   "(tuner.capacity.exact_capacity: ladder from the saturation rate, "
+                   "(tuner.objective.capacity.exact_capacity: ladder from the saturation rate, "
                    "bisection to 2%)",
         "ttft_statistics": "p50 and p99 (the paper plots one TTFT per rate; whether "
                            "average or median is not stated)",
         "within": WITHIN, "systems": list(SYSTEMS), "quick": quick,
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        "started": now_utc()}
 
 
 def run(quick: bool = False, out: Path | None = None) -> dict:
     """Every workload and the offline case; writes the outputs after each when
     ``out`` is given. Returns the result document."""
-    from experiments.odma_tables import _enable_compile_cache
-
-    _enable_compile_cache()
+    enable_compile_cache()
     cfg = QUICK if quick else FULL
     rn = Runner()
     res = {"setup": _setup(quick), "paper_claims": CLAIMS, "workloads": {},
            "offline": None}
     res["setup"]["configuration"] = cfg
     for name, wl in cfg["workloads"].items():
-        _log(f"[{rn.elapsed():6.1f}s] workload {name}: {wl['trace']}, {wl['n']} requests, "
-             f"rates {', '.join(f'{r:g}' for r in wl['rates'])} req/s")
+        rn.progress(f"workload {name}: {wl['trace']}, {wl['n']} requests, "
+                    f"rates {', '.join(f'{r:g}' for r in wl['rates'])} req/s")
         res["workloads"][name] = run_workload(rn, name, wl, cfg["goodput_systems"])
         # the same for every workload (the deployment does not depend on the trace)
         res.setdefault("deployment", res["workloads"][name]["deployment"])
         _finish(res, rn, out)
-    _log(f"[{rn.elapsed():6.1f}s] offline: {cfg['offline']['trace']}")
+    rn.progress(f"offline: {cfg['offline']['trace']}")
     res["offline"] = run_offline(rn, cfg["offline"], cfg["offline_systems"])
     _finish(res, rn, out)
     return res
@@ -732,25 +700,13 @@ def run(quick: bool = False, out: Path | None = None) -> dict:
 def _finish(res: dict, rn: Runner, out: Path | None) -> None:
     res["claims"] = claims(res)
     res["observations"] = observations(res)
-    res["setup"]["runtime_s"] = round(rn.elapsed(), 1)
-    res["setup"]["simulator_runs"] = rn.runs
+    rn.record_runtime(res["setup"])
     if out is not None:
-        write_outputs(res, out)
-
-
-def write_outputs(res: dict, out: Path) -> None:
-    res = stamped(res)
-    write_json_atomic(out / "ellm_tables.json", plain(res), sort_keys=False)
-    write_text_atomic(out / "ellm_tables.md",
-                      stamp_markdown(render_markdown(res), res["provenance"]))
-    render_png(res, out / "ellm_tables.png")
+        write_outputs(out, "ellm_tables", *stamp(res, render_markdown),
+                      {"ellm_tables.png": render_png})
 
 
 # --------------------------------------------------------------------------- report
-def _yn(x) -> str:
-    return "—" if x is None else ("yes" if x else "no")
-
-
 def render_markdown(res: dict) -> str:
     s = res["setup"]
     L = ["# eLLM vs vLLM and vLLM-CP in the elastic simulators", ""]
@@ -775,34 +731,25 @@ def render_markdown(res: dict) -> str:
     L.append("")
     L.append("## Paper claims vs simulation")
     L.append("")
-    L.append("| claim | statistic | paper | simulated | sim / paper | within 20% | "
-             "where |")
-    L.append("|---|---|---|---|---|---|---|")
+    L += md_head(("claim", "statistic", "paper", "simulated", "sim / paper",
+                  "within 20%", "where"))
     for c in res["claims"]:
-        L.append(f"| {c['claim']} | {c['statistic']} | {c['paper']:g}x | "
-                 f"{_x(c['sim'])} | {_fmt(c['ratio_sim_over_paper'])} | "
-                 f"{_yn(c['within_20pct'])} | {c['where'] or '—'} |")
+        L.append(md_row((c["claim"], c["statistic"], f"{c['paper']:g}x", _x(c["sim"]),
+                         fmt(c["ratio_sim_over_paper"]), yn(c["within_20pct"]),
+                         c["where"] or "—")))
     L.append("")
     L.append("Sources: " + "; ".join(f"{k}: {c['source']}" for k, c in CLAIMS.items())
              + ".")
     L.append("")
-    L.append("### Why the disagreements")
-    L.append("")
-    for c in res["claims"]:
-        if c["cause"]:
-            L.append(f"- **{c['id']}** ({_x(c['sim'])} vs {c['paper']:g}x): "
-                     f"{c['cause']}")
-    if not any(c["cause"] for c in res["claims"]):
-        L.append("- none: every claim is within 20%.")
-    L.append("")
+    L += bullets("### Why the disagreements",
+                 (f"**{c['id']}** ({_x(c['sim'])} vs {c['paper']:g}x): {c['cause']}"
+                  for c in res["claims"] if c["cause"]),
+                 empty="none: every claim is within 20%.")
     agree = [c for c in res["claims"] if c.get("note")]
     if agree:
-        L.append("### What the agreements rest on")
-        L.append("")
-        for c in agree:
-            L.append(f"- **{c['id']}** ({_x(c['sim'])} vs {c['paper']:g}x): "
-                     f"{c['note']}")
-        L.append("")
+        L += bullets("### What the agreements rest on",
+                     (f"**{c['id']}** ({_x(c['sim'])} vs {c['paper']:g}x): {c['note']}"
+                      for c in agree))
     for name, w in res["workloads"].items():
         L.append(f"## Online: {name}")
         L.append("")
@@ -834,9 +781,9 @@ def render_markdown(res: dict) -> str:
             g = w["goodput"][sy]
             br = g["bracket_rps"]
             rat = (w["goodput_ratios"].get(f"ellm_over_{sy}") if sy != "ellm" else 1.0)
-            L.append(f"| {sy} | {g['goodput_rps']:.4g} | [{_fmt(br[0], '.4g')}, "
-                     f"{_fmt(br[1], '.4g')}] | {g['saturation_rps']:.4g} | {g['runs']} | "
-                     f"{_fmt(rat)} |")
+            L.append(f"| {sy} | {g['goodput_rps']:.4g} | [{fmt(br[0], '.4g')}, "
+                     f"{fmt(br[1], '.4g')}] | {g['saturation_rps']:.4g} | {g['runs']} | "
+                     f"{fmt(rat)} |")
         L.append("")
         L.append("TTFT ratios (baseline / ellm) per rate:")
         L.append("")
@@ -844,10 +791,10 @@ def render_markdown(res: dict) -> str:
                  "| vllm-cp / ellm p99 |")
         L.append("|---|---|---|---|---|")
         for r in w["ttft_ratios"]:
-            L.append(f"| {r['rate_rps']:g} | {_fmt(r['vllm_over_ellm_ttft_p50'])} | "
-                     f"{_fmt(r['vllm_over_ellm_ttft_p99'])} | "
-                     f"{_fmt(r['vllm-cp_over_ellm_ttft_p50'])} | "
-                     f"{_fmt(r['vllm-cp_over_ellm_ttft_p99'])} |")
+            L.append(f"| {r['rate_rps']:g} | {fmt(r['vllm_over_ellm_ttft_p50'])} | "
+                     f"{fmt(r['vllm_over_ellm_ttft_p99'])} | "
+                     f"{fmt(r['vllm-cp_over_ellm_ttft_p50'])} | "
+                     f"{fmt(r['vllm-cp_over_ellm_ttft_p99'])} |")
         L.append("")
     off = res.get("offline")
     if off:
@@ -867,26 +814,17 @@ def render_markdown(res: dict) -> str:
                      f"{m['makespan_s']:.4g} |")
         L.append("")
         r = off["ratios_ellm_over_vllm"]
-        L.append(f"ellm / vllm: max batch {_fmt(r['max_batch_size'])}x, decode tps "
-                 f"{_fmt(r['decode_tps'])}x, tps {_fmt(r['tps'])}x.")
+        L.append(f"ellm / vllm: max batch {fmt(r['max_batch_size'])}x, decode tps "
+                 f"{fmt(r['decode_tps'])}x, tps {fmt(r['tps'])}x.")
         L.append("")
     if res.get("observations"):
-        L.append("## Observations")
-        L.append("")
-        for n in res["observations"]:
-            L.append(f"- {n}")
-        L.append("")
-    L.append(f"Runtime {s.get('runtime_s', 0):.0f} s, {s.get('simulator_runs', 0)} "
-             "simulator runs.")
+        L += bullets("## Observations", res["observations"])
+    L.append(footer(s))
     return "\n".join(L) + "\n"
 
 
 def render_png(res: dict, path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     names = list(res["workloads"])
     fig, axs = plt.subplots(len(names), 3, figsize=(15, 3.8 * len(names)),
                             squeeze=False)
@@ -922,36 +860,25 @@ def render_png(res: dict, path) -> None:
         axs[i][2].set_title(f"{n}: SLO attainment")
     fig.suptitle("Llama3-8B-262K on one A100-80GB: eLLM vs vLLM and vLLM-CP (simulated)")
     fig.tight_layout()
-    meta = {"metadata": png_metadata(res["provenance"])} if "provenance" in res else {}
-    savefig_atomic(fig, path, dpi=100, **meta)
-    plt.close(fig)
+    save_figure(fig, path, res, dpi=100)
 
 
 # --------------------------------------------------------------------------- CLI
-def _error(msg: str) -> int:
-    print(f"error: {msg}", file=sys.stderr)
-    return 2
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.ellm_tables",
-                                 description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True, help="folder for the three files")
-    ap.add_argument("--quick", action="store_true",
-                    help="2k-2k only (150 requests, rates 1 and 4 req/s, goodput of ellm "
-                    "and vllm) and the offline case with 4 requests: for tests")
+    ap = argument_parser("ellm_tables", __doc__, "three",
+                         "2k-2k only (150 requests, rates 1 and 4 req/s, goodput of "
+                         "ellm and vllm) and the offline case with 4 requests: for "
+                         "tests")
     args = ap.parse_args(argv)
     if args.out.exists() and not args.out.is_dir():
-        return _error(f"--out {args.out}: exists and is not a directory")
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        return _error(f"--out {args.out}: cannot create it ({e})")
+        return error(f"--out {args.out}: exists and is not a directory")
+    if msg := make_out(args.out):
+        return error(msg)
     if not args.quick:
         from tuner.workloads.presets import traces_dir
 
         if not (traces_dir() / SHAREGPT_FILE).is_file():
-            return _error(f"no {SHAREGPT_FILE} under {traces_dir()} (the ShareGPT "
+            return error(f"no {SHAREGPT_FILE} under {traces_dir()} (the ShareGPT "
                           "workload needs it; --quick does not)")
     res = run(quick=args.quick, out=args.out)
     print(render_markdown(res))

@@ -4,7 +4,7 @@ For each coordinate of the unconstrained parameter vector theta, compares the re
 gradient of the log objective (what the tuner climbs; :meth:`Objective.log_value`) with (a) central finite differences of the relaxed simulator at the same
 temperature (implementation check) and (b) central finite differences of the exact
 simulator under common random numbers (bias check), and reports each check's class
-(:func:`tuner.gradcheck.classify`: agree, disagree, vanishing, flat; the rule the fit
+(:func:`tuner.search.gradcheck.classify`: agree, disagree, vanishing, flat; the rule the fit
 uses) and relative error, all of the log objective. ``python -m experiments.grad_check --out DIR`` writes grad_check.json and
 grad_check.md.
 """
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import jax.numpy as jnp
 
-from tuner.atomic import write_json_atomic, write_text_atomic
-from tuner.gradcheck import FLAT_TOL, VANISHING_RATIO, classify
-from tuner.provenance import provenance, stamp_text
-from tuner.fitting import FitSettings, build_problem
+from tuner.common.atomic import write_json_atomic, write_text_atomic
+from tuner.search.gradcheck import FLAT_TOL, VANISHING_RATIO, classify
+from tuner.common.provenance import provenance, stamp_text
+from tuner.search.fitting import FitSettings, build_problem
 from tuner.scenario import ScenarioSpec
 
 __all__ = ["run", "main"]
@@ -61,7 +61,7 @@ def to_markdown(res: dict) -> str:
            f"theta steps: relaxed FD {res['h_relaxed']}, exact FD {res['h_exact']} "
            f"(CRN workloads: {res['crn']}). Gradients and finite differences are of the "
            "log objective (mean over the CRN workloads), the quantity the tuner climbs.",
-           "", f"Check (`tuner.gradcheck.classify`, the fit's rule): flat when "
+           "", f"Check (`tuner.search.gradcheck.classify`, the fit's rule): flat when "
            f"|FD| <= {FLAT_TOL:g}, vanishing when |relaxed grad| < {VANISHING_RATIO:g} x "
            "|FD|, else agree or disagree by sign; the fit uses exact differences for "
            "vanishing and disagreeing coordinates.", "",

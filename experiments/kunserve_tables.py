@@ -57,15 +57,16 @@ import sys
 if __name__ == "__main__":  # progress from the first second (JAX loads with the runs)
     print("experiments.kunserve_tables: starting", file=sys.stderr, flush=True)
 
-import argparse  # noqa: E402
 import math  # noqa: E402
 import time  # noqa: E402
-from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from experiments.results_io import png_metadata, stamp_markdown, stamped  # noqa: E402
-from tuner.atomic import (plain, savefig_atomic, unwritable_reason,  # noqa: E402
-                          write_json_atomic, write_text_atomic)
+from experiments import paper_tables  # noqa: E402
+from experiments.paper_tables import (  # noqa: E402
+    CONTRADICTED, NOT_REPRODUCED, SUPPORTED, BaseRunner, argument_parser, band_verdict,
+    bullets, enable_compile_cache, error, fmt, footer, make_out, md_head, md_row,
+    now_utc, out_unwritable, parse_args, pyplot, save_figure, signed, stamp, yn)
+from tuner.common.atomic import plain  # noqa: E402
 
 __all__ = ["ABLATIONS", "BASELINES", "CLAIMS", "FULL", "QUICK", "SYSTEMS", "claims",
            "main", "render_markdown", "run", "select_window", "slo_violations",
@@ -168,10 +169,6 @@ KEEP = ("requests_per_s", "tps", "completed", "unserved", "dropped", "preemption
         "peak_cluster_kv_gib", "mean_group_size", "pipelined_share")
 
 
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 # --------------------------------------------------------------------------- inputs
 def select_window(arrival_s, n: int, burst: int, step: int, lo_frac: float = BURST_FROM,
                   hi_frac: float = BURST_TO) -> dict:
@@ -256,19 +253,15 @@ def trace_arrivals(name: str):
 
 
 # --------------------------------------------------------------------------- running
-class Runner:
+class Runner(BaseRunner):
     """The deployment (one scenario for cfg / hardware / deployment), workloads and
     runs; logs each run with the elapsed time and keeps per-request arrays."""
 
     def __init__(self, cfg: dict):
-        self.t0 = time.perf_counter()
+        super().__init__()
         self.cfg = cfg
-        self.runs = 0
         self.walls: list[float] = []
         self._base = None
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.t0
 
     @property
     def base(self):
@@ -373,12 +366,12 @@ class Runner:
         self.walls.append(out["wall_s"])
         out["_ttft"], out["_tpot"], out["_tl"] = ttft, tpot, tl
         tm = out["timeline"]
-        _log(f"[{self.elapsed():6.1f}s] {where:<24} {label:<28} P99 TTFT "
-             f"{out['ttft_p99_s']:8.2f} s, P50 TPOT {1e3 * (out['tpot_p50_s'] or 0):6.1f} "
-             f"ms, demand mean {tm['mean_demand_share']:.2f} peak "
-             f"{tm['peak_demand_share']:.2f} of N*C, drops "
-             f"{m.get('drops', 0):.0f}, bubbles {m.get('bubble_share', 0):.3f} "
-             f"({out['wall_s']:.1f}s)")
+        self.progress(f"{where:<24} {label:<28} P99 TTFT {out['ttft_p99_s']:8.2f} s, "
+                      f"P50 TPOT {1e3 * (out['tpot_p50_s'] or 0):6.1f} ms, demand "
+                      f"mean {tm['mean_demand_share']:.2f} peak "
+                      f"{tm['peak_demand_share']:.2f} of N*C, drops "
+                      f"{m.get('drops', 0):.0f}, bubbles "
+                      f"{m.get('bubble_share', 0):.3f} ({out['wall_s']:.1f}s)")
         return out
 
 
@@ -606,16 +599,18 @@ def run_trace(rn: Runner, trace: str, lengths: str, cfg: dict) -> dict:
     k = 1000 * ARRIVAL_TRACES.index(trace) + 100 * LENGTH_TABLES.index(lengths)
     prompt, output, linfo = sample_lengths(lengths, n, int(cfg["seed"]) + k)
     where = workload_name(trace, lengths)
-    _log(f"[{rn.elapsed():6.1f}s] {where}: window of {n} requests from #{win['start']} "
-         f"(t0 {win['t0_s']:.0f} s, span {win['span_s']:.0f} s, burst "
-         f"{win['burst_rate_ratio']:.2f}x the mean rate); {lengths} lengths: "
-         f"prompt mean {linfo['prompt_mean']:.0f}, output mean {linfo['output_mean']:.0f}")
+    rn.progress(f"{where}: window of {n} requests from #{win['start']} "
+                f"(t0 {win['t0_s']:.0f} s, span {win['span_s']:.0f} s, burst "
+                f"{win['burst_rate_ratio']:.2f}x the mean rate); {lengths} lengths: "
+                f"prompt mean {linfo['prompt_mean']:.0f}, output mean "
+                f"{linfo['output_mean']:.0f}")
     pad_to = n
     rs = rescale(rn, base_arr, prompt, output, pad_to, where)
     s = rs["factor"]
-    _log(f"[{rn.elapsed():6.1f}s] {where}: time factor s = {s:.4g} ({rs['mean_rate_rps']:.2f}"
-         f" req/s): vllm-dp mean demand {rs['mean_demand_share']:.3f}, peak "
-         f"{rs['peak_demand_share']:.3f} of N*C (bursts throttle: {rs['bursts_throttle']})")
+    rn.progress(f"{where}: time factor s = {s:.4g} ({rs['mean_rate_rps']:.2f}"
+                f" req/s): vllm-dp mean demand {rs['mean_demand_share']:.3f}, peak "
+                f"{rs['peak_demand_share']:.3f} of N*C (bursts throttle: "
+                f"{rs['bursts_throttle']})")
     sc = rn.scenario(base_arr * s, prompt, output, pad_to)
     runs = {"vllm-dp": rs.pop("run")}
     for sy in SYSTEMS:
@@ -639,16 +634,6 @@ def run_trace(rn: Runner, trace: str, lengths: str, cfg: dict) -> dict:
 
 
 # --------------------------------------------------------------------------- claims
-def _fmt(x, f=".3g") -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "—"
-    return format(x, f)
-
-
-def _pct(x, f=".1f") -> str:
-    return "—" if x is None else f"{100 * x:+{f}}%"
-
-
 def _value_of(kind: str, k: dict, b: dict, metric: str):
     """The statistic of a (KunServe-side, baseline-side) pair of runs."""
     x, y = k.get(metric), b.get(metric)
@@ -684,10 +669,10 @@ def _pair_verdict(kind, v, lo, hi) -> str | None:
     if v is None:
         return None
     if _no_effect(kind, v):
-        return "not reproduced"
+        return NOT_REPRODUCED
     if _wrong_side(kind, v):
-        return "contradicted"
-    return "supported" if _inside(v, lo, hi) else "not reproduced"
+        return CONTRADICTED
+    return SUPPORTED if _inside(v, lo, hi) else NOT_REPRODUCED
 
 
 def _aggregate(kind, vals, lo, hi) -> dict:
@@ -698,9 +683,9 @@ def _aggregate(kind, vals, lo, hi) -> dict:
         return {"sim_min": None, "sim_max": None, "sim_median": None, "verdict": None,
                 "within_20pct": None}
     med = float(np.median(v))
-    allin = all(_pair_verdict(kind, x, lo, hi) == "supported" for x in v)
-    verdict = ("supported" if allin else "contradicted" if _wrong_side(kind, med)
-               else "not reproduced")
+    allin = all(_pair_verdict(kind, x, lo, hi) == SUPPORTED for x in v)
+    verdict = (SUPPORTED if allin else CONTRADICTED if _wrong_side(kind, med)
+               else NOT_REPRODUCED)
     return {"sim_min": float(min(v)), "sim_max": float(max(v)), "sim_median": med,
             "min_over_paper_low": float(min(v)) / lo, "max_over_paper_high":
                 float(max(v)) / hi, "within_20pct": allin, "verdict": verdict}
@@ -768,15 +753,16 @@ def claims(res: dict) -> list[dict]:
                                                   "increase")
         prs = [{"trace": t, "against": b, "sim": v,
                 "verdict": (_pair_verdict(vkind, v, lo, hi) if kind != "value" else
-                            _value_verdict(v, lo))} for t, b, v in pairs]
+                            band_verdict(None if v is None else v / lo, WITHIN))}
+               for t, b, v in pairs]
         if kind == "value":
             vals = [p["sim"] for p in prs if p["sim"] is not None]
             agg = {"sim_min": min(vals) if vals else None,
                    "sim_max": max(vals) if vals else None,
                    "within_20pct": (all(abs(x / lo - 1) <= WITHIN for x in vals)
                                     if vals else None)}
-            agg["verdict"] = (None if not vals else "supported" if agg["within_20pct"]
-                              else "not reproduced")
+            agg["verdict"] = (None if not vals else SUPPORTED if agg["within_20pct"]
+                              else NOT_REPRODUCED)
         else:
             agg = _aggregate(vkind, [p["sim"] for p in prs], lo, hi)
         row = {"id": cid, "claim": text, "kind": kind, "core": core,
@@ -796,10 +782,10 @@ def claims(res: dict) -> list[dict]:
         paper = 0.083 / 0.219 - 1.0
         for p in red:
             p["verdict"] = (None if p["sim"] is None else
-                            "not reproduced" if abs(p["sim"]) <= NO_EFFECT else
-                            "contradicted" if p["sim"] > 0 else
-                            "supported" if abs(p["sim"] / paper - 1) <= WITHIN else
-                            "not reproduced")
+                            NOT_REPRODUCED if abs(p["sim"]) <= NO_EFFECT else
+                            CONTRADICTED if p["sim"] > 0 else
+                            SUPPORTED if abs(p["sim"] / paper - 1) <= WITHIN else
+                            NOT_REPRODUCED)
         vals = [p["sim"] for p in red if p["sim"] is not None]
         rows.append({"id": "bubbles_reduction", "kind": "change", "core": True,
                      "claim": "lookahead cuts bubbles 21.9% -> 8.3% (-62% relative)",
@@ -811,12 +797,12 @@ def claims(res: dict) -> list[dict]:
                      "within_20pct": (all(abs(v / paper - 1) <= WITHIN for v in vals)
                                       if vals else None),
                      "verdict": (None if not vals else
-                                 "supported" if all(p["verdict"] == "supported"
+                                 SUPPORTED if all(p["verdict"] == SUPPORTED
                                                     for p in red)
-                                 else "contradicted" if all(v > NO_EFFECT for v in vals)
-                                 else "not reproduced")})
+                                 else CONTRADICTED if all(v > NO_EFFECT for v in vals)
+                                 else NOT_REPRODUCED)})
     for r in rows:
-        r["cause"] = None if r["verdict"] in ("supported", None) else _cause(res, r)
+        r["cause"] = None if r["verdict"] in (SUPPORTED, None) else _cause(res, r)
         r["note"] = _note(res, r)
     return rows
 
@@ -841,12 +827,6 @@ def _note(res: dict, row: dict) -> str | None:
                 "violation share - KunServe's), a request violating when it misses its "
                 "TTFT or its TPOT SLO.")
     return None
-
-
-def _value_verdict(v, paper) -> str | None:
-    if v is None:
-        return None
-    return "supported" if abs(v / paper - 1) <= WITHIN else "not reproduced"
 
 
 def _kun_state(name: str, e: dict) -> str:
@@ -916,13 +896,13 @@ def _cause(res: dict, row: dict) -> str:
             k = r[KUNSERVE]["metrics"]
             t = r.get(TOKEN_MB, {}).get("metrics", {})
             pp = r.get("vllm-pp", {}).get("metrics", {})
-            parts.append(f"{name}: bubble share lookahead {_fmt(_bubbles(r[KUNSERVE]))}, "
-                         f"token {_fmt(_bubbles(r[TOKEN_MB]) if TOKEN_MB in r else None)} "
+            parts.append(f"{name}: bubble share lookahead {fmt(_bubbles(r[KUNSERVE]))}, "
+                         f"token {fmt(_bubbles(r[TOKEN_MB]) if TOKEN_MB in r else None)} "
                          f"(vllm-pp, token microbatches on static pairs: "
-                         f"{_fmt(pp.get('bubble_share'))}); KunServe pipelined "
-                         f"{_fmt(k.get('pipelined_share'), '.2f')} of instance-time "
-                         f"(token ablation {_fmt(t.get('pipelined_share'), '.2f')}), mean "
-                         f"group size {_fmt(k.get('mean_group_size'), '.2f')}")
+                         f"{fmt(pp.get('bubble_share'))}); KunServe pipelined "
+                         f"{fmt(k.get('pipelined_share'), '.2f')} of instance-time "
+                         f"(token ablation {fmt(t.get('pipelined_share'), '.2f')}), mean "
+                         f"group size {fmt(k.get('mean_group_size'), '.2f')}")
         return ("; ".join(parts) + ". Bubbles count only pipelined rounds (k > 1). A "
                 "round of m equal microbatches on k stages idles (k - 1) / (m + k - 1) "
                 "of its GPU time; token microbatching makes m = ceil(tokens / "
@@ -1079,7 +1059,7 @@ def _setup(quick: bool, cfg: dict, rn: Runner) -> dict:
                         "sim / paper within 20%"),
         "mode": "exact (T = 0, deterministic)", "quick": quick,
         "configuration": cfg,
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        "started": now_utc()}
 
 
 def run(quick: bool = False, out: Path | None = None, traces=None, lengths=None,
@@ -1088,9 +1068,7 @@ def run(quick: bool = False, out: Path | None = None, traces=None, lengths=None,
     and / or ``lengths`` (lists) replace the configured workloads by their product (a
     missing one: all arrival traces / ShareGPT). Returns the result document
     (per-request arrays stripped)."""
-    from experiments.odma_tables import _enable_compile_cache
-
-    _enable_compile_cache()
+    enable_compile_cache()
     cfg = dict(QUICK if quick else FULL)
     if traces or lengths:
         cfg["workloads"] = tuple((t, ln) for t in (traces or ARRIVAL_TRACES)
@@ -1102,22 +1080,21 @@ def run(quick: bool = False, out: Path | None = None, traces=None, lengths=None,
         cfg["seed"] = int(seed)
     cfg["ablations"] = tuple(cfg["ablations"])
     rn = Runner(cfg)
-    _log(f"[{rn.elapsed():6.1f}s] {'quick' if quick else 'full'} run: workloads "
-         f"{', '.join(workload_name(*w) for w in cfg['workloads'])}, {cfg['n_requests']} "
-         f"requests each, {cfg['n_instances']} instances")
+    rn.progress(f"{'quick' if quick else 'full'} run: workloads "
+                f"{', '.join(workload_name(*w) for w in cfg['workloads'])}, "
+                f"{cfg['n_requests']} requests each, {cfg['n_instances']} instances")
     res = {"setup": _setup(quick, cfg, rn), "traces": {}}
-    _log(f"[{rn.elapsed():6.1f}s] deployment: C = "
-         f"{res['setup']['kv_capacity_tokens_per_instance']:,.0f} KV tokens per instance, "
-         f"weights {res['setup']['weights_gib_per_instance']:.1f} GiB")
+    rn.progress(f"deployment: C = "
+                f"{res['setup']['kv_capacity_tokens_per_instance']:,.0f} KV tokens per "
+                f"instance, weights {res['setup']['weights_gib_per_instance']:.1f} GiB")
     for tr, ln in cfg["workloads"]:
         res["traces"][workload_name(tr, ln)] = run_trace(rn, tr, ln, cfg)
     res["claims"] = claims(res)
-    res["setup"]["runtime_s"] = round(rn.elapsed(), 1)
-    res["setup"]["simulator_runs"] = rn.runs
+    rn.record_runtime(res["setup"])
     res["setup"]["run_wall_s"] = {"min": min(rn.walls), "max": max(rn.walls),
                                   "sum": round(sum(rn.walls), 1)}
     if out is not None:
-        write_outputs(res, out)
+        _write(res, out)
     return _strip(res)
 
 
@@ -1130,24 +1107,16 @@ def _strip(res: dict) -> dict:
     return res
 
 
-def write_outputs(res: dict, out: Path) -> None:
-    """Render everything first, then write: a failure leaves no partial set."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    doc = stamped(plain(_strip(res)))
-    prov = doc["provenance"]
-    md = stamp_markdown(render_markdown(doc), prov)
+def _write(res: dict, out: Path) -> None:
+    """Render everything first, then write: a failure leaves no partial set. The
+    figures are drawn from ``res`` itself (they read the raw timelines)."""
+    doc, md = stamp(plain(_strip(res)), render_markdown)
     figs = {"kunserve_memory.png": render_memory_png(res),
             "kunserve_throughput.png": render_throughput_png(res),
             "kunserve_slo.png": render_slo_png(res)}
-    write_json_atomic(out / "kunserve_tables.json", doc, sort_keys=False)
-    write_text_atomic(out / "kunserve_tables.md", md)
-    import matplotlib.pyplot as plt
-
+    paper_tables.write_outputs(out, "kunserve_tables", doc, md)
     for name, fig in figs.items():
-        savefig_atomic(fig, out / name, dpi=100, metadata=png_metadata(prov))
-        plt.close(fig)
+        save_figure(fig, out / name, doc, dpi=100)
 
 
 # --------------------------------------------------------------------------- report
@@ -1161,8 +1130,8 @@ def _claim_value(c: dict, v) -> str:
     if c["kind"] == "reduction":
         return f"{100 * v:+.1f} pp"
     if c["kind"] == "decrease":  # shown as PP's change vs the other system
-        return _pct(-v)
-    return _pct(v)
+        return signed(-v)
+    return signed(v)
 
 
 def _paper_value(c: dict) -> str:
@@ -1176,7 +1145,7 @@ def _paper_value(c: dict) -> str:
     if c["kind"] == "decrease":
         return f"-{100 * lo:.1f} to -{100 * hi:.1f}%"
     if lo == hi:
-        return _pct(lo)
+        return signed(lo)
     return f"+{100 * lo:.1f} to +{100 * hi:.1f}%"
 
 
@@ -1216,7 +1185,7 @@ def render_markdown(res: dict) -> str:
                           for v in rs["evaluations"])
         L.append(f"| {name} | #{w['start']} (t0 {w['t0_s']:.0f} s, span {w['span_s']:.0f}"
                  f" s) | {w['burst_rate_ratio']:.2f} | **{rs['factor']:.4g}** | "
-                 f"{a['mean_rate_rps']:.2f} | {_fmt(a['interarrival_cv'], '.2f')} | "
+                 f"{a['mean_rate_rps']:.2f} | {fmt(a['interarrival_cv'], '.2f')} | "
                  f"{rs['mean_demand_share']:.3f}; "
                  f"{e['runs']['vllm-dp']['timeline']['mean_demand_share_run']:.3f} | "
                  f"{rs['peak_demand_share']:.3f} | "
@@ -1225,51 +1194,38 @@ def render_markdown(res: dict) -> str:
     L.append("")
     L.append("## The paper's claims vs simulation")
     L.append("")
-    L.append("| claim | paper | simulated (min - max over workloads x baselines) | median "
-             "| evaluated on | within 20% | verdict |")
-    L.append("|---|---|---|---|---|---|---|")
+    L += md_head(("claim", "paper", "simulated (min - max over workloads x baselines)",
+                  "median", "evaluated on", "within 20%", "verdict"))
     for c in res["claims"]:
         med = c.get("sim_median")
         w20 = c["within_20pct"]
         lo_hi = (c.get("sim_min"), c.get("sim_max"))
         if c["kind"] == "decrease":  # shown as changes: the largest decrease first
             lo_hi = lo_hi[::-1]
-        L.append(f"| {c['claim']}{'' if c['core'] else ' (secondary)'} | "
-                 f"{_paper_value(c)} | {_claim_value(c, lo_hi[0])} - "
-                 f"{_claim_value(c, lo_hi[1])} | {_claim_value(c, med)} | "
-                 f"{', '.join(c['workloads'])} | "
-                 f"{'—' if w20 is None else 'yes' if w20 else 'no'} | "
-                 f"**{c['verdict'] or '—'}** |")
+        L.append(md_row((f"{c['claim']}{'' if c['core'] else ' (secondary)'}",
+                         _paper_value(c), f"{_claim_value(c, lo_hi[0])} - "
+                         f"{_claim_value(c, lo_hi[1])}", _claim_value(c, med),
+                         ", ".join(c["workloads"]), yn(w20),
+                         f"**{c['verdict'] or '—'}**")))
     L.append("")
     L.append("Per pair:")
     L.append("")
-    L.append("| claim | trace | against | simulated | verdict |")
-    L.append("|---|---|---|---|---|")
+    L += md_head(("claim", "trace", "against", "simulated", "verdict"))
     for c in res["claims"]:
         for p in c["pairs"]:
-            L.append(f"| {c['id']} | {p['trace']} | {p['against']} | "
-                     f"{_claim_value(c, p['sim'])} | {p['verdict'] or '—'} |")
+            L.append(md_row((c["id"], p["trace"], p["against"],
+                             _claim_value(c, p["sim"]), p["verdict"] or "—")))
     L.append("")
-    L.append("### What KunServe did (per workload)")
-    L.append("")
-    for name, e in res["traces"].items():
-        L.append(f"- {_kun_state(name, e)}.")
-    L.append("")
-    L.append("### Why the differences (read from the measured metrics)")
-    L.append("")
-    causes = [c for c in res["claims"] if c.get("cause")]
-    for c in causes:
-        L.append(f"- **{c['id']}** ({c['verdict']}): {c['cause']}")
-    if not causes:
-        L.append("- every claim is supported.")
-    L.append("")
+    L += bullets("### What KunServe did (per workload)",
+                 (f"{_kun_state(name, e)}." for name, e in res["traces"].items()))
+    L += bullets("### Why the differences (read from the measured metrics)",
+                 (f"**{c['id']}** ({c['verdict']}): {c['cause']}"
+                  for c in res["claims"] if c.get("cause")),
+                 empty="every claim is supported.")
     notes = [c for c in res["claims"] if c.get("note")]
     if notes:
-        L.append("### Notes on the comparisons")
-        L.append("")
-        for c in notes:
-            L.append(f"- **{c['id']}**: {c['note']}")
-        L.append("")
+        L += bullets("### Notes on the comparisons",
+                     (f"**{c['id']}**: {c['note']}" for c in notes))
     for name, e in res["traces"].items():
         L.append(f"## {name}")
         L.append("")
@@ -1286,23 +1242,23 @@ def render_markdown(res: dict) -> str:
         L.append("|---|" + "---|" * 16)
         for lab, r in e["runs"].items():
             m, tm = r["metrics"], r["timeline"]
-            L.append(f"| {lab} | {_fmt(r['ttft_p50_s'])} | {_fmt(r['ttft_p99_s'])} | "
-                     f"{_fmt(1e3 * r['tpot_p50_s'] if r['tpot_p50_s'] else None)} | "
-                     f"{_fmt(1e3 * r['tpot_p99_s'] if r['tpot_p99_s'] else None)} | "
-                     f"{_fmt(r['throughput_rps'])} | {_fmt(tm['mean_demand_share'], '.3f')}"
-                     f" | {_fmt(tm['peak_held_share'], '.3f')} | "
-                     f"{_fmt(tm['peak_cap_share'], '.3f')} | "
-                     f"{_fmt(m.get('preemptions'), '.0f')} | {_fmt(m.get('drops'), '.0f')} | "
-                     f"{_fmt(m.get('restores'), '.0f')} | {_fmt(m.get('bubble_share'), '.3f')}"
-                     f" | {_fmt(m.get('pipelined_share'), '.3f')} | "
-                     f"{_fmt(m.get('exchange_stall_s'), '.3g')} | "
-                     f"{_fmt(m.get('swap_gib'), '.3g')} | {_fmt(m.get('migrations'), '.0f')} |")
+            L.append(f"| {lab} | {fmt(r['ttft_p50_s'])} | {fmt(r['ttft_p99_s'])} | "
+                     f"{fmt(1e3 * r['tpot_p50_s'] if r['tpot_p50_s'] else None)} | "
+                     f"{fmt(1e3 * r['tpot_p99_s'] if r['tpot_p99_s'] else None)} | "
+                     f"{fmt(r['throughput_rps'])} | {fmt(tm['mean_demand_share'], '.3f')}"
+                     f" | {fmt(tm['peak_held_share'], '.3f')} | "
+                     f"{fmt(tm['peak_cap_share'], '.3f')} | "
+                     f"{fmt(m.get('preemptions'), '.0f')} | {fmt(m.get('drops'), '.0f')} | "
+                     f"{fmt(m.get('restores'), '.0f')} | {fmt(m.get('bubble_share'), '.3f')}"
+                     f" | {fmt(m.get('pipelined_share'), '.3f')} | "
+                     f"{fmt(m.get('exchange_stall_s'), '.3g')} | "
+                     f"{fmt(m.get('swap_gib'), '.3g')} | {fmt(m.get('migrations'), '.0f')} |")
         L.append("")
         sl = e["slo"]
         L.append(f"SLO violation share (TTFT or TPOT missed) by factor N (SLO = N x P50 of "
                  f"the best baseline: TTFT {sl['best_ttft_baseline']} "
-                 f"{_fmt(sl['ttft_p50_ref_s'])} s, TPOT {sl['best_tpot_baseline']} "
-                 f"{_fmt(1e3 * sl['tpot_p50_ref_s'] if sl['tpot_p50_ref_s'] else None)} "
+                 f"{fmt(sl['ttft_p50_ref_s'])} s, TPOT {sl['best_tpot_baseline']} "
+                 f"{fmt(1e3 * sl['tpot_p50_ref_s'] if sl['tpot_p50_ref_s'] else None)} "
                  "ms):")
         L.append("")
         L.append("| system | " + " | ".join(f"N={n}" for n in sl["factors"])
@@ -1313,14 +1269,9 @@ def render_markdown(res: dict) -> str:
                      + f" | {row['mean_any']:.3f} | {row['mean_ttft']:.3f} | "
                      f"{row['mean_tpot']:.3f} |")
         L.append("")
-    L.append("## Limits of this comparison")
-    L.append("")
-    for t in _limits(res):
-        L.append(f"- {t}")
-    L.append("")
-    L.append(f"Runtime {s.get('runtime_s', 0):.0f} s, {s.get('simulator_runs', 0)} "
-             f"simulator runs (per run {s['run_wall_s']['min']:.1f}-"
-             f"{s['run_wall_s']['max']:.1f} s).")
+    L += bullets("## Limits of this comparison", _limits(res))
+    L.append(footer(s, f" (per run {s['run_wall_s']['min']:.1f}-"
+                       f"{s['run_wall_s']['max']:.1f} s)"))
     return "\n".join(L) + "\n"
 
 
@@ -1361,10 +1312,7 @@ def _limits(res: dict) -> list[str]:
 
 
 def render_memory_png(res: dict):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = list(res["traces"])
     fig, axs = plt.subplots(1, len(names), figsize=(7.5 * len(names), 4.8), squeeze=False)
@@ -1412,11 +1360,9 @@ def render_memory_png(res: dict):
 
 
 def render_throughput_png(res: dict):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    plt = pyplot()
 
     names = list(res["traces"])
     fig, axs = plt.subplots(1, len(names), figsize=(7.5 * len(names), 4.5), squeeze=False)
@@ -1442,10 +1388,7 @@ def render_throughput_png(res: dict):
 
 
 def render_slo_png(res: dict):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = list(res["traces"])
     kinds = (("any", "TTFT or TPOT missed"), ("ttft", "TTFT missed"),
@@ -1472,19 +1415,11 @@ def render_slo_png(res: dict):
 
 
 # --------------------------------------------------------------------------- CLI
-def _error(msg: str) -> int:
-    print(f"error: {msg}", file=sys.stderr)
-    return 2
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.kunserve_tables",
-                                 description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True, help="folder for the five files")
-    ap.add_argument("--quick", action="store_true",
-                    help="2 instances (KV capacity cut to 12,000 tokens each), 60 requests "
-                    "per workload, 2 bisection steps, only the lookahead ablation: for "
-                    "tests")
+    ap = argument_parser("kunserve_tables", __doc__, "five",
+                         "2 instances (KV capacity cut to 12,000 tokens each), 60 "
+                         "requests per workload, 2 bisection steps, only the lookahead "
+                         "ablation: for tests")
     ap.add_argument("--traces", default=None,
                     help=f"comma-separated arrival traces, from {', '.join(ARRIVAL_TRACES)}"
                     " (with --lengths: their product replaces the default workloads)")
@@ -1494,13 +1429,11 @@ def main(argv=None) -> int:
     ap.add_argument("--requests", type=int, default=None,
                     help="requests per workload window (default: 2500 full, 60 quick)")
     ap.add_argument("--seed", type=int, default=None, help="length sampling seed")
-    try:
-        args = ap.parse_args(argv)
-    except SystemExit as e:  # argparse: 2 on bad arguments
-        return int(e.code or 0)
-    why = unwritable_reason(args.out)
-    if why:
-        return _error(f"--out {args.out}: {why}")
+    args = parse_args(ap, argv)
+    if isinstance(args, int):  # argparse: 2 on bad arguments
+        return args
+    if msg := out_unwritable(args.out):
+        return error(msg)
     lists = {}
     for opt, val, known, what in (("--traces", args.traces, ARRIVAL_TRACES,
                                    "trace presets with real arrival times"),
@@ -1513,30 +1446,28 @@ def main(argv=None) -> int:
         bad = [t for t in names if t not in known]
         if not names or bad:
             kind = "trace(s)" if opt == "--traces" else "length table(s)"
-            return _error(f"{opt}: unknown {kind} {', '.join(bad) or '(none given)'}; "
+            return error(f"{opt}: unknown {kind} {', '.join(bad) or '(none given)'}; "
                           f"choose from {', '.join(known)} ({what})")
         if len(set(names)) != len(names):
-            return _error(f"{opt}: a name is given twice")
+            return error(f"{opt}: a name is given twice")
         lists[opt] = names
     traces, lengths = lists["--traces"], lists["--lengths"]
     if args.requests is not None and args.requests < 20:
-        return _error(f"--requests must be >= 20, got {args.requests}")
+        return error(f"--requests must be >= 20, got {args.requests}")
     from tuner.workloads.presets import PRESETS, traces_dir
 
     for name in list(traces or ARRIVAL_TRACES) + list(lengths or LENGTH_TABLES):
         f = traces_dir() / PRESETS[SPIKES.get(name, name)][0]
         if not f.is_file():
-            return _error(f"trace {name}: no {f.name} under {traces_dir()}")
+            return error(f"trace {name}: no {f.name} under {traces_dir()}")
     try:
         import importlib
 
         importlib.import_module("models.dropping")  # registers the family
     except ImportError as e:
-        return _error(f"the dropping family is not available ({e})")
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        return _error(f"--out {args.out}: cannot create it ({e})")
+        return error(f"the dropping family is not available ({e})")
+    if msg := make_out(args.out):
+        return error(msg)
     res = run(quick=args.quick, out=args.out, traces=traces, lengths=lengths,
               n_requests=args.requests, seed=args.seed)
     print(render_markdown(plain(res)))

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from experiments.results_io import stamp_markdown, stamped
-from tuner.atomic import unwritable_reason, write_json_atomic, write_text_atomic
+from tuner.common.atomic import unwritable_reason, write_json_atomic, write_text_atomic
 
 __all__ = ["README_ARGS", "run", "summarise", "main"]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tuner.atomic import write_bytes_atomic
+from tuner.common.atomic import write_bytes_atomic
 from tuner.workloads.presets import DEFAULT_TABLE, SCHEMA_VERSION, traces_dir
 from tuner.workloads.traces import load_trace
 

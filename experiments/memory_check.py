@@ -30,7 +30,7 @@ from pathlib import Path
 
 from hardware import get_device, get_model, vllm_memory_profile
 from hardware.memory_profile import GiB, VERSION_LINES
-from tuner.atomic import plain, write_json_atomic, write_text_atomic
+from tuner.common.atomic import plain, write_json_atomic, write_text_atomic
 from experiments.results_io import stamp_markdown, stamped
 from tuner.workloads.presets import traces_dir
 

@@ -50,7 +50,6 @@ Writes ``DIR/odma_tables.json``, ``DIR/odma_tables.md`` and ``DIR/odma_tables.pn
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -61,8 +60,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tuner.atomic import plain, savefig_atomic, write_json_atomic, write_text_atomic
-from experiments.results_io import png_metadata, stamp_markdown, stamped
+from experiments.paper_tables import (BaseRunner, argument_parser, bullets,
+                                      enable_compile_cache, error, footer, pct, pyplot,
+                                      save_figure, signed, stamp, write_outputs)
 
 __all__ = ["PAPER", "WORKLOADS", "main", "render_markdown", "run"]
 
@@ -185,29 +185,27 @@ def _derived_trace(tmp: Path, name: str, dataset: str, seed: int,
 
 
 # --------------------------------------------------------------------------- running
-class Runner:
-    """Builds scenarios (cached) and runs systems, logging time per run to stderr."""
+class Runner(BaseRunner):
+    """Builds scenarios (cached) and runs systems, logging time per run to stderr
+    (through ``log``, a function of one line, when given)."""
 
     def __init__(self, log=None):
-        self.log = log or (lambda s: print(s, file=sys.stderr, flush=True))
-        self.t0 = time.perf_counter()
-        self.runs = 0
-        self._cache: dict = {}
+        super().__init__(log)
         self._memo: dict = {}  # (scenario, system, params) -> metrics, for repeated cells
 
     def scenario(self, **kw):
         from tuner.scenario import PREDICTOR_CACHE, ScenarioSpec, build_scenario
 
-        key = tuple(sorted(kw.items()))
-        if key not in self._cache:
+        def build():
             # build_scenario caches the trained predictor here but does not create the
             # folder itself (it fails on a fresh machine without it)
             PREDICTOR_CACHE.parent.mkdir(parents=True, exist_ok=True)
-            self._cache[key] = build_scenario(ScenarioSpec(model=MODEL, **kw))
-        return self._cache[key]
+            return build_scenario(ScenarioSpec(model=MODEL, **kw))
+
+        return self.cached(tuple(sorted(kw.items())), build)
 
     def run(self, sc, system: str, params: dict | None = None, label: str = "") -> dict:
-        from tuner.evaluate import evaluate
+        from tuner.objective.evaluate import evaluate
 
         memo = (id(sc), system, json.dumps(params or {}, sort_keys=True))
         if memo in self._memo and self._memo[memo][0] is sc:
@@ -218,10 +216,10 @@ class Runner:
         out = {k: float(m[k]) for k in KEEP if k in m}
         out["wall_s"] = round(time.perf_counter() - t, 2)
         s = sc.spec
-        self.log(f"[{time.perf_counter() - self.t0:6.1f}s] {label or system:<28} "
-                 f"{s.hardware} tp{s.tp} L{s.max_len} rate {s.rate:g} seed {s.seed}: "
-                 f"util {out['kv_utilization']:.4f} tps {out['tps']:.0f} "
-                 f"mig {out['migration_rate']:.4f} ({out['wall_s']:.1f}s)")
+        self.progress(f"{label or system:<28} {s.hardware} tp{s.tp} L{s.max_len} rate "
+                      f"{s.rate:g} seed {s.seed}: util {out['kv_utilization']:.4f} tps "
+                      f"{out['tps']:.0f} mig {out['migration_rate']:.4f} "
+                      f"({out['wall_s']:.1f}s)")
         self._memo[memo] = (sc, out)
         return dict(out)
 
@@ -549,7 +547,7 @@ def _paper_conditions(R: Runner, tmp: Path, seed: int, seeds: list, quick: bool,
         n_static = d["static_concurrency_limit"]
         cap = int(math.ceil(n_static * (ml + d["prompt_tokens_mean"])))
         how = {"max_len": f"{ml} (matches the paper's static "
-                          f"{_pct(PAPER[w['paper']]['static_kv_utilization'])})",
+                          f"{pct(PAPER[w['paper']]['static_kv_utilization'])})",
                "capacity_tokens": f"{cap:,} tokens = ceil({n_static} x ({ml} + "
                                   f"{d['prompt_tokens_mean']:.1f}))"}
         cases.append(_pc_case(R, name, w, tr, base, ml, cap, seeds, how))
@@ -587,19 +585,19 @@ def _pc_remarks(pc: dict) -> list[str]:
                   for r in c["rows"] if r["all_within"]]
         pred, rank, cal, orc = (on[v] for v in PC_PREDICTIONS)
         txt = [f"{c['key']}: max_len {c['max_len']:,} puts static at "
-               f"{_pct(st['kv_utilization'])} (paper {_pct(p['static_kv_utilization'])}),"
-               f" truncating {_pct(c['share_outputs_truncated'], 1)} of the outputs "
+               f"{pct(st['kv_utilization'])} (paper {pct(p['static_kv_utilization'])}),"
+               f" truncating {pct(c['share_outputs_truncated'], 1)} of the outputs "
                f"(Qwen2.5-7B-Instruct lengths, shorter than DeepSeek-R1-Distill's); KV "
                f"budget {c['capacity_tokens']:,} tokens (static holds ~"
                f"{c['static_concurrency_limit']} requests); Poisson "
                f"{c['rate_req_per_s']:g} req/s."]
         txt.append(
             "ODMA, large pool borrowing: per-request utilisation "
-            + ", ".join(f"{v} {_pct(on[v]['odma']['kv_utilization'])}"
+            + ", ".join(f"{v} {pct(on[v]['odma']['kv_utilization'])}"
                         for v in PC_PREDICTIONS)
-            + f" (paper {_pct(p['odma_kv_utilization'])}); TPS gain "
-            + ", ".join(f"{v} {_signed(on[v]['tps_gain'])}" for v in PC_PREDICTIONS)
-            + f" (paper {_signed(p['tps_gain'])}). Within {pc['within']:.0%} of all "
+            + f" (paper {pct(p['odma_kv_utilization'])}); TPS gain "
+            + ", ".join(f"{v} {signed(on[v]['tps_gain'])}" for v in PC_PREDICTIONS)
+            + f" (paper {signed(p['tps_gain'])}). Within {pc['within']:.0%} of all "
             f"three paper figures: " + (", ".join(within) if within else "no row")
             + f"; closest {best['predictions']} (borrow "
             f"{'on' if best['large_borrow'] else 'off'}), worst deviation "
@@ -608,47 +606,47 @@ def _pc_remarks(pc: dict) -> list[str]:
         ts_ratio = orc["odma"]["token_s_utilization"] / st["token_s_utilization"]
         kv_ratio = orc["odma"]["kv_utilization"] / st["kv_utilization"]
         txt.append(
-            f"Even the oracle's TPS gain is {_signed(orc['tps_gain'])}: the requests it "
-            f"reserves max_len for ({_pct(fo['offline_share_holding_max_len'], 1)}; "
+            f"Even the oracle's TPS gain is {signed(orc['tps_gain'])}: the requests it "
+            f"reserves max_len for ({pct(fo['offline_share_holding_max_len'], 1)}; "
             f"initial bounds {[round(b) for b in fo['initial_bounds']]}, max_len "
             f"{c['max_len']}) hold "
-            f"{_pct(fo['share_of_static_token_s_in_max_len_requests'], 0)} of static's "
+            f"{pct(fo['share_of_static_token_s_in_max_len_requests'], 0)} of static's "
             f"reserved token-seconds (output length as duration), which no bucket "
             f"shrinks, and its large pool ({c['large_pool_tokens']:,} tokens) stays "
             f"idle (peak KV share {orc['odma']['peak_kv_share']:.2f}). Per-request "
             f"utilisation overstates the headroom: the oracle's token-second "
-            f"utilisation is {_pct(orc['odma']['token_s_utilization'])} against "
-            f"static's {_pct(st['token_s_utilization'])} "
-            f"({_signed(ts_ratio - 1.0)}, per request {_signed(kv_ratio - 1.0)}).")
+            f"utilisation is {pct(orc['odma']['token_s_utilization'])} against "
+            f"static's {pct(st['token_s_utilization'])} "
+            f"({signed(ts_ratio - 1.0)}, per request {signed(kv_ratio - 1.0)}).")
         fp, fr, fc = f["predictor"], f["predictor_rank"], f["predictor_calibrated"]
         q_over = c["pred_quantile_offline_overflow_share_on_history"]
         txt.append(
             f"The predictor's gap: outputs exceed L_hat for "
-            f"{_pct(fp['share_output_above_l_hat'], 1)} at its own quantile "
+            f"{pct(fp['share_output_above_l_hat'], 1)} at its own quantile "
             f"{c['pred_quantile_default']} and "
-            f"{_pct(fc['share_output_above_l_hat'], 1)} at the calibrated "
+            f"{pct(fc['share_output_above_l_hat'], 1)} at the calibrated "
             f"{c['pred_quantile_calibrated']:g} (offline utilisation / overflow share "
             f"on the history by level: "
-            + ", ".join(f"{float(q):g}: {_pct(u, 1)} / {_pct(q_over[q], 1)}"
+            + ", ".join(f"{float(q):g}: {pct(u, 1)} / {pct(q_over[q], 1)}"
                         for q, u in c["pred_quantile_offline_utilization_on_history"]
                         .items())
-            + f"); u > 0.8 routes {_pct(fp['share_routed_u_above_tau'], 1)} raw and "
-            f"{_pct(fr['share_routed_u_above_tau'], 1)} ranked (target 20%); "
-            f"offline, {_pct(fp['offline_share_holding_max_len'], 1)} / "
-            f"{_pct(fr['offline_share_holding_max_len'], 1)} / "
-            f"{_pct(fc['offline_share_holding_max_len'], 1)} of requests end at a "
+            + f"); u > 0.8 routes {pct(fp['share_routed_u_above_tau'], 1)} raw and "
+            f"{pct(fr['share_routed_u_above_tau'], 1)} ranked (target 20%); "
+            f"offline, {pct(fp['offline_share_holding_max_len'], 1)} / "
+            f"{pct(fr['offline_share_holding_max_len'], 1)} / "
+            f"{pct(fc['offline_share_holding_max_len'], 1)} of requests end at a "
             f"max_len reservation (predictor / rank / calibrated; oracle "
-            f"{_pct(fo['offline_share_holding_max_len'], 1)}), and ODMA stalls "
+            f"{pct(fo['offline_share_holding_max_len'], 1)}), and ODMA stalls "
             f"{pred['odma']['stalls']:.0f} / {rank['odma']['stalls']:.0f} / "
             f"{cal['odma']['stalls']:.0f} slot-iterations waiting for large-pool "
             f"memory (oracle {orc['odma']['stalls']:.0f}); migration rate "
-            f"{_pct(pred['odma']['migration_rate'])} / "
-            f"{_pct(rank['odma']['migration_rate'])} / "
-            f"{_pct(cal['odma']['migration_rate'])} (paper < 0.5%).")
+            f"{pct(pred['odma']['migration_rate'])} / "
+            f"{pct(rank['odma']['migration_rate'])} / "
+            f"{pct(cal['odma']['migration_rate'])} (paper < 0.5%).")
         txt.append(
             "Without large-pool borrowing the TPS gain is "
-            + ", ".join(f"{v} {_signed(off[v]['tps_gain'])}" for v in PC_PREDICTIONS)
-            + " (with it " + ", ".join(_signed(on[v]["tps_gain"]) for v in PC_PREDICTIONS)
+            + ", ".join(f"{v} {signed(off[v]['tps_gain'])}" for v in PC_PREDICTIONS)
+            + " (with it " + ", ".join(signed(on[v]["tps_gain"]) for v in PC_PREDICTIONS)
             + ").")
         out.append(" ".join(txt))
     out.append("In every case the papers publish neither the offered load, the request "
@@ -685,7 +683,7 @@ def _render_paper_conditions(pc: dict) -> list[str]:
                  f"{c['pred_quantile_default']}, calibrated "
                  f"{c['pred_quantile_calibrated']:g}"
                  f" (offline utilisation / overflow share on the history by level: "
-                 + ", ".join(f"{float(q):g}: {_pct(v, 1)} / {_pct(q_over[q], 1)}"
+                 + ", ".join(f"{float(q):g}: {pct(v, 1)} / {pct(q_over[q], 1)}"
                              for q, v in
                              c["pred_quantile_offline_utilization_on_history"].items())
                  + ").")
@@ -695,9 +693,9 @@ def _render_paper_conditions(pc: dict) -> list[str]:
                  f"migration | routed (u > tau) | deviation from paper: static util / "
                  f"ODMA util / gain (within {w:.0%}?) |")
         L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
-        L.append(f"| paper | — | {_pct(p['static_kv_utilization'])} | "
-                 f"{_pct(p['odma_kv_utilization'])} | — | — | — | — | "
-                 f"{_signed(p['tps_gain'])} | < 0.5% | — | — |")
+        L.append(f"| paper | — | {pct(p['static_kv_utilization'])} | "
+                 f"{pct(p['odma_kv_utilization'])} | — | — | — | — | "
+                 f"{signed(p['tps_gain'])} | < 0.5% | — | — |")
         for r in c["rows"]:
             m, dev, ok = r["odma"], r["relative_deviation_from_paper"], r["within"]
             routed = (c["predictions"][r["predictions"]]["share_routed_u_above_tau"]
@@ -705,17 +703,13 @@ def _render_paper_conditions(pc: dict) -> list[str]:
             devs = " / ".join(f"{dev[k]:.0%} {'✓' if ok[k] else '✗'}" for k in
                               ("static_kv_utilization", "odma_kv_utilization", "tps_gain"))
             L.append(f"| {r['predictions']} | {'on' if r['large_borrow'] else 'off'} | "
-                     f"{_pct(st['kv_utilization'])} | {_pct(m['kv_utilization'])} | "
-                     f"{_pct(st['token_s_utilization'])} | "
-                     f"{_pct(m['token_s_utilization'])} | {st['tps']:.0f} | "
-                     f"{m['tps']:.0f} | {_signed(r['tps_gain'])} | "
-                     f"{_pct(m['migration_rate'])} | {_pct(routed, 1)} | {devs} |")
+                     f"{pct(st['kv_utilization'])} | {pct(m['kv_utilization'])} | "
+                     f"{pct(st['token_s_utilization'])} | "
+                     f"{pct(m['token_s_utilization'])} | {st['tps']:.0f} | "
+                     f"{m['tps']:.0f} | {signed(r['tps_gain'])} | "
+                     f"{pct(m['migration_rate'])} | {pct(routed, 1)} | {devs} |")
         L.append("")
-    L.append("What remains different:")
-    L.append("")
-    for t in pc["remains_different"]:
-        L.append(f"- {t}")
-    L.append("")
+    L += bullets("What remains different:", pc["remains_different"])
     return L
 
 
@@ -826,8 +820,7 @@ def run(quick: bool = False, seed: int = 0, rate: float = RATE, max_len: int = M
                          n_requests=traces["alpaca"]["n_test"], hardware=LPDDR, tp=TP_MAIN,
                          max_len=max_len, rate=rate, seed=seeds[0])
         res["setup"] = _setup(sc0, quick, seeds, rate, max_len, tune, traces, traces_dir())
-    res["setup"]["runtime_s"] = round(time.perf_counter() - R.t0, 1)
-    res["setup"]["simulator_runs"] = R.runs
+    R.record_runtime(res["setup"])
     res["gaps"] = _gaps(res)
     return res
 
@@ -953,14 +946,6 @@ def _setup(sc, quick, seeds, rate, max_len, tune, traces, tdir) -> dict:
 
 
 # --------------------------------------------------------------------------- report
-def _pct(x, nd=2):
-    return "—" if x is None else f"{100.0 * x:.{nd}f}%"
-
-
-def _signed(x):
-    return "—" if x is None else f"{100.0 * x:+.1f}%"
-
-
 def _tps_gap_reason(e: dict, g: dict, ceiling: float, p: dict) -> str:
     """What the oracle and the sweeps say about the TPS gap (data-driven wording)."""
     sweeps = [r["tps_gain"] for r in e.get("rate_sweep", [])]
@@ -979,14 +964,14 @@ def _tps_gap_reason(e: dict, g: dict, ceiling: float, p: dict) -> str:
     if sweeps:
         best = max(sweeps)
         parts.append(f"across the rate and max_len/deployment sweeps ODMA's best gain "
-                     f"over static is {_signed(best)}")
+                     f"over static is {signed(best)}")
     names = {"s3": "S3", "paged": "paged", "odma": "ODMA", "odma_oracle": "ODMA-oracle",
              "odma_tuned": "ODMA-tuned"}
     reach = [names[k] for k in names if k in g and g[k] >= p["tps_gain"]]
-    parts.append(f"the papers' {_signed(p['tps_gain'])} is reached here by "
+    parts.append(f"the papers' {signed(p['tps_gain'])} is reached here by "
                  + (", ".join(reach) if reach else "no system"))
     if ceiling > p["tps_gain"]:
-        util = _pct(e["static"]["kv_utilization"])
+        util = pct(e["static"]["kv_utilization"])
         parts.append(f"static's utilisation here is {util} at max_len "
                      f"{e['diagnostics']['static_max_len']:,} (the paper-conditions "
                      "section compares at the papers' static utilisation)")
@@ -1004,54 +989,54 @@ def _gaps(res: dict) -> list[str]:
         d, p = e["diagnostics"], e["paper"]
         m = d["max_len_matching_paper_static_utilization"]
         out.append(
-            f"{name}: static utilisation {_pct(e['static']['kv_utilization'])} vs the "
-            f"paper's {_pct(p['static_kv_utilization'])}. Static utilisation is fixed by "
+            f"{name}: static utilisation {pct(e['static']['kv_utilization'])} vs the "
+            f"paper's {pct(p['static_kv_utilization'])}. Static utilisation is fixed by "
             f"the length distribution and max_len alone (sum(prompt+output) / "
             f"sum(prompt+max_len)); on these lengths (mean output "
             f"{d['output_tokens']['mean']:.0f} tokens) the paper's figure needs max_len "
             f"~{m['max_len']} tokens, which would truncate "
-            f"{_pct(m['share_of_outputs_truncated_at_it'], 1)} of the outputs. Qwen2.5-7B-"
+            f"{pct(m['share_of_outputs_truncated_at_it'], 1)} of the outputs. Qwen2.5-7B-"
             f"Instruct's CASTILLO lengths are not DeepSeek-R1-Distill's (a reasoning model "
             f"whose long outputs sit much closer to its cap). This table keeps the "
             f"untruncated lengths; the paper-conditions section sets max_len to match "
             f"the paper's static utilisation instead.")
         o = e["odma"]
         out.append(
-            f"{name}: ODMA utilisation {_pct(o['kv_utilization'])} (paper "
-            f"{_pct(p['odma_kv_utilization'])}), migration rate "
-            f"{_pct(o['migration_rate'])} (paper < 0.5%), accuracy {_pct(o['accuracy'])} "
-            f"(paper {_pct(p['odma_accuracy'])}). The predictor (hashed-feature MLP "
+            f"{name}: ODMA utilisation {pct(o['kv_utilization'])} (paper "
+            f"{pct(p['odma_kv_utilization'])}), migration rate "
+            f"{pct(o['migration_rate'])} (paper < 0.5%), accuracy {pct(o['accuracy'])} "
+            f"(paper {pct(p['odma_accuracy'])}). The predictor (hashed-feature MLP "
             f"trained on CASTILLO validate prompts) leaves realised lengths above L_hat "
-            f"for {_pct(d['share_output_above_prediction'], 1)} of requests (Spearman "
+            f"for {pct(d['share_output_above_prediction'], 1)} of requests (Spearman "
             f"{d['spearman_pred_output']:.2f}; 10 generations of one prompt differ, so "
             f"part of this is irreducible) and puts u above tau = 0.8 for "
-            f"{_pct(d['share_u_above_tau'], 1)}: offline, "
-            f"{_pct(d['offline_share_needing_large_pool'], 1)} of requests need the large "
+            f"{pct(d['share_u_above_tau'], 1)}: offline, "
+            f"{pct(d['offline_share_needing_large_pool'], 1)} of requests need the large "
             f"bucket (routed or overflowing), each reserving max_len = "
             f"{res['setup']['max_len']:,} tokens in a pool that holds "
             f"{d['large_pool_max_len_reservations']} of them. Those reservations dominate "
             f"sum(reserved); with an oracle predictor ODMA reaches "
-            f"{_pct(e['odma_oracle']['kv_utilization'])}.")
+            f"{pct(e['odma_oracle']['kv_utilization'])}.")
         g = e["tps_gain"]
         ceiling = max(g["s3"], g["paged"])
         out.append(
-            f"{name}: TPS gain of ODMA over static {_signed(g['odma'])} (paper "
-            f"{_signed(p['tps_gain'])}). Static is KV-bound (~"
+            f"{name}: TPS gain of ODMA over static {signed(g['odma'])} (paper "
+            f"{signed(p['tps_gain'])}). Static is KV-bound (~"
             f"{d['static_concurrency_limit']} concurrent requests at max_len "
             f"{res['setup']['max_len']:,}); S3 and paged, which are not, gain "
-            f"{_signed(g['s3'])} / {_signed(g['paged'])}: the ceiling at this load, set by "
+            f"{signed(g['s3'])} / {signed(g['paged'])}: the ceiling at this load, set by "
             f"max_batch = 256. ODMA waits for large-pool memory in {o['stalls']:.0f} "
             f"stalled slot-iterations (TTFT p99 {o['ttft_p99_s']:.0f} s; its large pool "
             f"borrows free normal memory, large_borrow on); the oracle predictor "
-            f"gives {_signed(g['odma_oracle'])}"
-            + (f", the policy tuned on the history slice {_signed(g['odma_tuned'])}"
+            f"gives {signed(g['odma_oracle'])}"
+            + (f", the policy tuned on the history slice {signed(g['odma_tuned'])}"
                if "odma_tuned" in g else "")
             + ". " + _tps_gap_reason(e, g, ceiling, p))
         out.append(
             f"{name}: the papers' accuracy pair is S3's DistilBERT predictor vs ODMA's; "
             f"ours is the share of requests whose output fits the bucket chosen at "
             f"admission, with OUR predictor for both (S3 with 10 equal-width buckets of "
-            f"max_len/10 tokens is coarse, hence {_pct(e['s3']['accuracy'])}).")
+            f"max_len/10 tokens is coarse, hence {pct(e['s3']['accuracy'])}).")
     summ = res.get("paged_vs_contiguous", {}).get("summary_at_main_rate", {})
     for wl, devs in summ.items():
         parts = [f"{dev} ({v['memory_kind']}, alpha {v['alpha']}): paged TPOT "
@@ -1115,21 +1100,21 @@ def render_markdown(res: dict) -> str:
                 if k in e]
         L.append("| metric | " + " | ".join(cols) + " | paper (static -> ODMA) |")
         L.append("|---|" + "---|" * len(cols) + "---|")
-        L.append("| KV utilisation | " + " | ".join(_pct(e[c]["kv_utilization"])
+        L.append("| KV utilisation | " + " | ".join(pct(e[c]["kv_utilization"])
                                                    for c in cols)
-                 + f" | {_pct(p['static_kv_utilization'])} -> "
-                   f"{_pct(p['odma_kv_utilization'])} |")
+                 + f" | {pct(p['static_kv_utilization'])} -> "
+                   f"{pct(p['odma_kv_utilization'])} |")
         L.append("| TPS (tok/s) | " + " | ".join(f"{e[c]['tps']:.0f}" for c in cols)
                  + " | not published |")
         L.append("| TPS gain vs static | " + " | ".join(
-            "—" if c == "static" else _signed(g.get(c)) for c in cols)
-            + f" | ODMA {_signed(p['tps_gain'])} |")
-        L.append("| migration rate | " + " | ".join(_pct(e[c]["migration_rate"])
+            "—" if c == "static" else signed(g.get(c)) for c in cols)
+            + f" | ODMA {signed(p['tps_gain'])} |")
+        L.append("| migration rate | " + " | ".join(pct(e[c]["migration_rate"])
                                                    for c in cols)
                  + " | ODMA < 0.5% |")
         L.append("| prediction accuracy | " + " | ".join(
-            "—" if c in ("static", "paged") else _pct(e[c]["accuracy"]) for c in cols)
-            + f" | S3 {_pct(p['s3_accuracy'])} -> ODMA {_pct(p['odma_accuracy'])} |")
+            "—" if c in ("static", "paged") else pct(e[c]["accuracy"]) for c in cols)
+            + f" | S3 {pct(p['s3_accuracy'])} -> ODMA {pct(p['odma_accuracy'])} |")
         L.append("| TTFT p99 (s) | " + " | ".join(f"{e[c]['ttft_p99_s']:.2f}"
                                                   for c in cols) + " | not published |")
         L.append("| unserved | " + " | ".join(f"{e[c]['unserved']:.0f}" for c in cols)
@@ -1137,8 +1122,8 @@ def render_markdown(res: dict) -> str:
         L.append("")
         d = e["diagnostics"]
         L.append(f"Diagnostics: initial ODMA bounds {[round(b) for b in d['initial_odma_bounds']]}"
-                 f" tokens; u > tau for {_pct(d['share_u_above_tau'], 1)}; output > L_hat "
-                 f"for {_pct(d['share_output_above_prediction'], 1)}; large pool "
+                 f" tokens; u > tau for {pct(d['share_u_above_tau'], 1)}; output > L_hat "
+                 f"for {pct(d['share_output_above_prediction'], 1)}; large pool "
                  f"{d['large_pool_tokens']:,} tokens = {d['large_pool_max_len_reservations']}"
                  f" max_len reservations; static KV limit ~{d['static_concurrency_limit']} "
                  f"concurrent requests.")
@@ -1153,9 +1138,9 @@ def render_markdown(res: dict) -> str:
                      "gain | static TTFT p99 | ODMA TTFT p99 |")
             L.append("|---|---|---|---|---|---|---|---|")
             for r in e["rate_sweep"]:
-                L.append(f"| {r['rate']:g} | {_pct(r['static']['kv_utilization'])} | "
-                         f"{_pct(r['odma']['kv_utilization'])} | {r['static']['tps']:.0f} | "
-                         f"{r['odma']['tps']:.0f} | {_signed(r['tps_gain'])} | "
+                L.append(f"| {r['rate']:g} | {pct(r['static']['kv_utilization'])} | "
+                         f"{pct(r['odma']['kv_utilization'])} | {r['static']['tps']:.0f} | "
+                         f"{r['odma']['tps']:.0f} | {signed(r['tps_gain'])} | "
                          f"{r['static']['ttft_p99_s']:.1f} | {r['odma']['ttft_p99_s']:.1f} |")
             L.append("")
         if "max_len_sweep" in e:
@@ -1170,13 +1155,13 @@ def render_markdown(res: dict) -> str:
                     d2 = r[dep]
                     st, od = d2["static"], d2["odma"]
                     if "infeasible" in od:
-                        L.append(f"| {r['max_len']} | {dep} | {_pct(st['kv_utilization'])}"
+                        L.append(f"| {r['max_len']} | {dep} | {pct(st['kv_utilization'])}"
                                  f" | infeasible | {st['node_tps']:.0f} | — | — | — |")
                     else:
-                        L.append(f"| {r['max_len']} | {dep} | {_pct(st['kv_utilization'])}"
-                                 f" | {_pct(od['kv_utilization'])} | {st['node_tps']:.0f} | "
-                                 f"{od['node_tps']:.0f} | {_signed(d2['tps_gain'])} | "
-                                 f"{_pct(od['migration_rate'])} |")
+                        L.append(f"| {r['max_len']} | {dep} | {pct(st['kv_utilization'])}"
+                                 f" | {pct(od['kv_utilization'])} | {st['node_tps']:.0f} | "
+                                 f"{od['node_tps']:.0f} | {signed(d2['tps_gain'])} | "
+                                 f"{pct(od['migration_rate'])} |")
             L.append("")
     if "paper_conditions" in res:
         L.extend(_render_paper_conditions(res["paper_conditions"]))
@@ -1214,13 +1199,8 @@ def render_markdown(res: dict) -> str:
                      f"{b['paged_over_paged_alpha1_tps']:.3f} | "
                      f"{b['paged_over_paged_alpha1_tpot_p50']:.3f} |")
         L.append("")
-    L.append("## Gaps vs the papers")
-    L.append("")
-    for gtxt in res["gaps"]:
-        L.append(f"- {gtxt}")
-    L.append("")
-    L.append(f"Runtime {s.get('runtime_s', 0):.0f} s, {s.get('simulator_runs', 0)} "
-             "simulator runs.")
+    L += bullets("## Gaps vs the papers", res["gaps"])
+    L.append(footer(s))
     return "\n".join(L) + "\n"
 
 
@@ -1229,11 +1209,7 @@ COLORS = {"static": "tab:gray", "s3": "tab:orange", "paged": "tab:green",
 
 
 def render_png(res: dict, path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     names = res["workloads"]
     fig, axs = plt.subplots(2, 3, figsize=(16, 9.6))
     ax = axs[0]
@@ -1302,9 +1278,7 @@ def render_png(res: dict, path) -> None:
         for a in axs[1]:
             a.axis("off")
     fig.tight_layout()
-    meta = {"metadata": png_metadata(res["provenance"])} if "provenance" in res else {}
-    savefig_atomic(fig, path, dpi=110, **meta)
-    plt.close(fig)
+    save_figure(fig, path, res, dpi=110)
 
 
 def _png_paper_conditions(pc: dict, ax) -> None:
@@ -1350,32 +1324,11 @@ def _png_paper_conditions(pc: dict, ax) -> None:
     ax[2].legend(fontsize=6)
 
 
-def _enable_compile_cache() -> str | None:
-    """Persist XLA executables across runs (the simulators take 5-20 s to compile per
-    system and max_len). ``KVTUNE_JAX_CACHE`` names the folder; ``0`` turns it off."""
-    import os
-
-    where = os.environ.get("KVTUNE_JAX_CACHE",
-                           str(Path.home() / ".cache" / "kvtune" / "jax-cache"))
-    if where in ("", "0"):
-        return None
-    try:
-        import jax
-
-        Path(where).mkdir(parents=True, exist_ok=True)
-        jax.config.update("jax_compilation_cache_dir", where)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-    except Exception:  # noqa: BLE001 - a cache is an optimisation only
-        return None
-    return where
-
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.odma_tables",
-                                 description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=None, help="folder for the three files")
-    ap.add_argument("--quick", action="store_true",
-                    help=f"{QUICK_N} requests per workload, one seed, no sweeps/tuning")
+    ap = argument_parser("odma_tables", __doc__, "three",
+                         f"{QUICK_N} requests per workload, one seed, no sweeps/tuning",
+                         out_required=False)
     ap.add_argument("--seed", type=int, default=0, help="first seed (arrivals, shuffle)")
     ap.add_argument("--rate", type=float, default=RATE, help="offered load, req/s")
     ap.add_argument("--max-len", type=int, default=MAX_LEN)
@@ -1385,20 +1338,15 @@ def main(argv=None) -> int:
     from tuner.workloads.presets import traces_dir
 
     if not (traces_dir() / CASTILLO).is_dir():
-        print(f"error: no CASTILLO traces under {traces_dir()}", file=sys.stderr)
-        return 2
+        return error(f"no CASTILLO traces under {traces_dir()}")
     if not args.rate > 0 or args.max_len < 256:
-        print("error: --rate must be > 0 and --max-len >= 256", file=sys.stderr)
-        return 2
-    _enable_compile_cache()
+        return error("--rate must be > 0 and --max-len >= 256")
+    enable_compile_cache()
     res = run(quick=args.quick, seed=args.seed, rate=args.rate, max_len=args.max_len,
               n_seeds=args.n_seeds, tune=False if args.no_tune else None)
-    res = stamped(res)
-    md = stamp_markdown(render_markdown(res), res["provenance"])
+    doc, md = stamp(res, render_markdown)
     if args.out is not None:
-        write_json_atomic(args.out / "odma_tables.json", plain(res), sort_keys=False)
-        write_text_atomic(args.out / "odma_tables.md", md)
-        render_png(res, args.out / "odma_tables.png")
+        write_outputs(args.out, "odma_tables", doc, md, {"odma_tables.png": render_png})
     print(md)
     return 0
 

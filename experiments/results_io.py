@@ -1,14 +1,14 @@
 """Stamping an experiment's results with where they came from.
 
 Every result an experiment writes carries the provenance record of
-:func:`tuner.provenance.provenance` (command, commit, source fingerprint): the JSON at
+:func:`tuner.common.provenance.provenance` (command, commit, source fingerprint): the JSON at
 its top level under ``"provenance"``, the markdown as its last line, a PNG in its text
 metadata. ``python -m experiments.stale`` reads them back.
 """
 
 from __future__ import annotations
 
-from tuner.provenance import provenance, stamp_text
+from tuner.common.provenance import provenance, stamp_text
 
 __all__ = ["stamped", "stamp_markdown", "png_metadata", "provenance", "stamp_text"]
 

@@ -1,7 +1,7 @@
 """Which committed results still belong to the sources: ``python -m experiments.stale``.
 
 Every JSON under ``experiments/results/`` is a result and must carry a ``"provenance"``
-record (:mod:`tuner.provenance`: command, commit, a sha256 per source file). Every other
+record (:mod:`tuner.common.provenance`: command, commit, a sha256 per source file). Every other
 file there (markdown, PNG, log, JSONL) belongs to the JSON of the same stem in its
 folder, else to the folder's results, and must carry the fingerprint of one of them (the
 markdown's and log's provenance line, the PNG's text metadata). A result is
@@ -28,8 +28,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuner.atomic import write_json_atomic, write_text_atomic
-from tuner.provenance import ROOT, changed
+from tuner.common.atomic import write_json_atomic, write_text_atomic
+from tuner.common.provenance import ROOT, changed
 
 __all__ = ["RESULTS", "Result", "scan", "readme_block", "reconstruct", "main"]
 
@@ -167,7 +167,7 @@ def reconstruct(path: Path, script: str | None = None) -> dict:
     ``reconstructed`` and :func:`scan` never reports it current."""
     import hashlib
 
-    from tuner.provenance import _digest  # the same per-file hash
+    from tuner.common.provenance import _digest  # the same per-file hash
 
     rel = str(Path(path).resolve().relative_to(ROOT))
     c = _git("log", "-1", "--format=%H", "--", rel).stdout.decode().strip()
@@ -195,7 +195,7 @@ def reconstruct(path: Path, script: str | None = None) -> dict:
 
 
 def _stamp_legacy(path: Path, script: str | None) -> None:
-    from tuner.provenance import stamp_text
+    from tuner.common.provenance import stamp_text
 
     doc = _load(path)
     if not isinstance(doc, dict):

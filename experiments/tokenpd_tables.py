@@ -52,16 +52,16 @@ import sys
 if __name__ == "__main__":  # progress from the first second (JAX loads with the runs)
     print("experiments.tokenpd_tables: starting", file=sys.stderr, flush=True)
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import time  # noqa: E402
-from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from experiments.results_io import png_metadata, stamp_markdown, stamped  # noqa: E402
-from tuner.atomic import (plain, savefig_atomic, unwritable_reason,  # noqa: E402
-                          write_json_atomic, write_text_atomic)
+from experiments.paper_tables import (  # noqa: E402
+    CONTRADICTED, NOT_REPRODUCED, SUPPORTED, BaseRunner, argument_parser, band_verdict,
+    bullets, enable_compile_cache, error, fmt, footer, make_out, md_head, md_row,
+    now_utc, out_unwritable, parse_args, pyplot, ratio, save_figure, set_reason, signed,
+    stamp, within, write_outputs, yn)
 
 __all__ = ["CLAIMS", "FULL", "PAPER", "QUICK", "SYSTEMS", "claims", "load_tuned", "main",
            "render_markdown", "render_png", "render_regret_png", "run", "slope"]
@@ -153,14 +153,10 @@ KEEP = ("requests_per_s", "tps", "completed", "dropped", "unserved", "preemption
         "makespan_s", "iterations", "price")
 
 
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 # --------------------------------------------------------------------------- inputs
 def load_tuned(path) -> dict:
     """Token-PD parameters from a policy file written by ``python -m tuner.fit ... --out``
-    (``tuner.policy.load_policy``), or a plain JSON ``{"params": {...}}``; validated
+    (``tuner.export.policy.load_policy``), or a plain JSON ``{"params": {...}}``; validated
     against token-pd's parameter domains. Raises ValueError naming the file."""
     from models import get_system, validate_params
 
@@ -175,7 +171,7 @@ def load_tuned(path) -> dict:
         raise ValueError(f"--tuned {path}: expected a JSON object with a 'params' object")
     source = "plain {'params': ...}"
     if "schema" in doc:
-        from tuner.policy import load_policy
+        from tuner.export.policy import load_policy
 
         doc = load_policy(path)  # raises ValueError naming the file and field
         source = f"policy file ({doc['schema']}, tuned on {doc['scenario']['trace']})"
@@ -192,24 +188,17 @@ def load_tuned(path) -> dict:
 
 
 # --------------------------------------------------------------------------- running
-class Runner:
-    """Builds scenarios and runs systems, logging each run with the elapsed time."""
+class Runner(BaseRunner):
+    """Builds scenarios (cached) and runs systems, logging each run with the elapsed
+    time; records simulator behaviour that looks wrong in ``anomalies``."""
 
     def __init__(self, tuned: dict | None = None):
-        self._scenarios = {}
-        self.t0 = time.perf_counter()
-        self.runs = 0
+        super().__init__()
         self.tuned = tuned
         self.anomalies: list[str] = []
 
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.t0
-
     def scenario(self, streams: int, n: int, seed: int):
-        key = (streams, n, seed)
-        if key not in self._scenarios:
-            self._scenarios[key] = self._build(streams, n, seed)
-        return self._scenarios[key]
+        return self.cached((streams, n, seed), lambda: self._build(streams, n, seed))
 
     @staticmethod
     def _build(streams: int, n: int, seed: int):
@@ -276,11 +265,11 @@ class Runner:
         out["capacity_tokens"] = float(sc.cfg.capacity_tokens)
         out["wall_s"] = round(time.perf_counter() - t, 2)
         self._check(sc, system, label, out, m, int(valid.sum()))
-        _log(f"[{self.elapsed():6.1f}s] {label:<22} {system:<16} "
-             f"{out['requests_per_s']:7.3f} req/s, p95 {out['e2e_p95_s']:8.2f} s, peak "
-             f"{out['peak_mem_gib']:5.1f} GiB (KV {out['peak_kv_share']:.2f} of C), lost "
-             f"{out['attention_lost']:.3f}, preempt {out['preemptions']:.0f} "
-             f"({out['wall_s']:.1f}s)")
+        self.progress(f"{label:<22} {system:<16} {out['requests_per_s']:7.3f} req/s, "
+                      f"p95 {out['e2e_p95_s']:8.2f} s, peak {out['peak_mem_gib']:5.1f} "
+                      f"GiB (KV {out['peak_kv_share']:.2f} of C), lost "
+                      f"{out['attention_lost']:.3f}, preempt {out['preemptions']:.0f} "
+                      f"({out['wall_s']:.1f}s)")
         return out
 
     def _check(self, sc, system, label, out, m, n_valid) -> None:
@@ -322,8 +311,8 @@ def run_load(rn: Runner, streams: int, cfg: dict, systems) -> dict:
     sc0 = rn.scenario(streams, n, cfg["seeds"][0])
     sat = rn.run(sc0.at_rate(math.inf), "no-evict", f"{streams} saturation")
     rate = LOAD_FACTOR * sat["requests_per_s"]
-    _log(f"[{rn.elapsed():6.1f}s] {streams} streams: no-evict saturates at "
-         f"{sat['requests_per_s']:.3f} req/s; offered Poisson rate {rate:.3f} req/s")
+    rn.progress(f"{streams} streams: no-evict saturates at {sat['requests_per_s']:.3f} "
+                f"req/s; offered Poisson rate {rate:.3f} req/s")
     entry = {"streams": streams, "rate_rps": rate, "no_evict_saturation": sat,
              "deployment": _deployment(sc0), "summary": {}, "warnings": {},
              "runs": {s: [] for s in systems}, "stats": {}}
@@ -450,8 +439,8 @@ def run_horizons(rn: Runner, cfg: dict) -> dict:
     hz = tuple(cfg["horizons"])
     sc = rn.scenario(streams, n, 0).at_rate(math.inf)
     base = {k: float(v) for k, v in get_system("token-pd").default_params(MAX_LEN).items()}
-    _log(f"[{rn.elapsed():6.1f}s] horizons {', '.join(map(str, hz))} at {streams} streams, "
-         f"{n} ShareGPT requests queued at t = 0")
+    rn.progress(f"horizons {', '.join(map(str, hz))} at {streams} streams, "
+                f"{n} ShareGPT requests queued at t = 0")
     settings = {"paper": ("eta = 1/sqrt(T) (paper)", sc,
                           lambda T: {**base, "eta": 1 / math.sqrt(T)}),
                 "default": (f"eta = {base['eta']:.4g} (registry default, 1/sqrt(max_len "
@@ -479,9 +468,10 @@ def run_horizons(rn: Runner, cfg: dict) -> dict:
             pt["eta"] = float(params_at(T)["eta"])
             pts.append(pt)
             rn.runs += 1
-            _log(f"[{rn.elapsed():6.1f}s] horizon {name:<9} T {T:5d} eta {pt['eta']:.4g}: "
-                 f"regret {pt['regret']:10.4g}, violation {pt['violation']:10.4g}, bracket "
-                 f"{pt['violation_bracket']:10.4g} ({time.perf_counter() - t:.1f}s)")
+            rn.progress(f"horizon {name:<9} T {T:5d} eta {pt['eta']:.4g}: regret "
+                        f"{pt['regret']:10.4g}, violation {pt['violation']:10.4g}, "
+                        f"bracket {pt['violation_bracket']:10.4g} "
+                        f"({time.perf_counter() - t:.1f}s)")
         ts = [p["T"] for p in pts]
         slopes = {k: slope(ts, [p[k] for p in pts])
                   for k in ("regret", "violation", "violation_bracket")}
@@ -503,31 +493,11 @@ def run_horizons(rn: Runner, cfg: dict) -> dict:
 
 
 # --------------------------------------------------------------------------- claims
-def _ratio(a, b):
-    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) or b == 0:
-        return None
-    return a / b
-
-
-def _within(r) -> bool | None:
-    return None if r is None else abs(r - 1.0) <= WITHIN
-
-
 def _mean(res: dict, streams: int, system: str, metric: str):
     ld = res["loads"].get(str(streams))
     if ld is None or system not in ld["stats"]:
         return None
     return ld["stats"][system][metric]["mean"]
-
-
-def _fmt(x, f=".3g") -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "—"
-    return format(x, f)
-
-
-def _pct(x) -> str:
-    return "—" if x is None else f"{100 * x:+.1f}%"
 
 
 def _cause_mem(res, streams: int, baseline: str) -> str:
@@ -637,8 +607,8 @@ def _relative_claim(res: dict, cid: str) -> dict:
     if pd is not None and b is not None and b > 0:
         row["sim_token_pd"], row["sim_baseline"] = pd, b
         row["sim"] = pd / b - 1.0
-    row["ratio_sim_over_paper"] = _ratio(row["sim"], paper_change)
-    row["within_20pct"] = _within(row["ratio_sim_over_paper"])
+    row["ratio_sim_over_paper"] = ratio(row["sim"], paper_change)
+    row["within_20pct"] = within(row["ratio_sim_over_paper"], WITHIN)
     row["verdict"] = _verdict(row["sim"], paper_change, row["within_20pct"])
     if row["sim"] is None:
         row["cause"] = f"{streams} streams not run in this configuration"
@@ -649,21 +619,18 @@ def _relative_claim(res: dict, cid: str) -> dict:
         text = fn(res, at, base)
         if at != streams:
             text = f"(quick run: evaluated at {at} streams) " + text
-        if row["verdict"] == "supported":
-            row["cause"], row["note"] = None, text
-        else:
-            row["cause"], row["note"] = text, None
+        set_reason(row, text, row["verdict"] == SUPPORTED)
     return row
 
 
-def _verdict(sim, paper, within) -> str | None:
+def _verdict(sim, paper, ok) -> str | None:
     if sim is None:
         return None
-    if within:
-        return "supported"
+    if ok:
+        return SUPPORTED
     if sim * paper < 0:
-        return "contradicted"
-    return "not reproduced"
+        return CONTRADICTED
+    return NOT_REPRODUCED
 
 
 def _quality_claims(res: dict) -> list[dict]:
@@ -684,7 +651,7 @@ def _quality_claims(res: dict) -> list[dict]:
              "ratio_sim_over_paper": None, "within_20pct": None,
              "statistic": "attention mass lost by Token-PD (the full cache, no-evict, "
                           "loses 0); 'unchanged' read as <= 1%"}
-        r["verdict"] = None if pd is None else "supported" if pd <= 0.01 else "contradicted"
+        r["verdict"] = None if pd is None else SUPPORTED if pd <= 0.01 else CONTRADICTED
         rows.append(r)
         for b in ("fifo", "lru", "h2o"):
             lost_b = _mean(res, streams, b, "attention_lost")
@@ -693,8 +660,8 @@ def _quality_claims(res: dict) -> list[dict]:
             # two-sided: "equal within noise" is not supported by a share 4x smaller
             tol = None if pd is None else 0.2 * max(pd, lost_b) + 1e-3
             ok = None if pd is None else abs(pd - lost_b) <= tol
-            verdict = (None if ok is None else "supported" if ok
-                       else "contradicted" if pd > lost_b else "not reproduced")
+            verdict = (None if ok is None else SUPPORTED if ok
+                       else CONTRADICTED if pd > lost_b else NOT_REPRODUCED)
             rows.append({
                 "kind": "quality", "streams": streams, "metric": "attention_lost",
                 "source": src, "id": f"quality_vs_{b}_{streams}", "baseline": b,
@@ -702,16 +669,16 @@ def _quality_claims(res: dict) -> list[dict]:
                          "within noise",
                 "paper": ppl["token-pd"] / ppl[b] - 1.0, "sim": pd, "sim_baseline": lost_b,
                 "ratio_sim_over_paper": None, "within_20pct": ok,
-                "ratio_token_pd_over_baseline": _ratio(pd, lost_b),
+                "ratio_token_pd_over_baseline": ratio(pd, lost_b),
                 "statistic": f"attention lost, Token-PD vs {b} (supported when the two "
                              "shares differ by at most 20% of the larger + 0.001; "
                              "contradicted when Token-PD loses more, not reproduced "
                              "when it loses less: the paper reports them equal)",
                 "verdict": verdict})
     for r in rows:
-        r["cause"] = (None if r["verdict"] in ("supported", None)
+        r["cause"] = (None if r["verdict"] in (SUPPORTED, None)
                       else _cause_quality(res, r["streams"]))
-        r["note"] = (_cause_quality(res, r["streams"]) if r["verdict"] == "supported"
+        r["note"] = (_cause_quality(res, r["streams"]) if r["verdict"] == SUPPORTED
                      else None)
     return rows
 
@@ -746,16 +713,16 @@ def _table_claims(res: dict) -> list[dict]:
             for metric, j, name in TABLE_METRICS:
                 paper = float(PAPER[streams][sy][j])
                 sim = _mean(res, streams, sy, metric)
-                r = _ratio(sim, paper)
+                r = ratio(sim, paper)
                 rows.append({"id": f"table_{streams}_{sy}_{metric}", "kind": "absolute",
                              "claim": f"{streams} streams, {sy}: {name} = {paper:g}",
                              "streams": streams, "system": sy, "metric": metric,
                              "paper": paper, "sim": sim,
                              "sim_sd": (res["loads"][str(streams)]["stats"][sy][metric]
                                         ["sd"] if sim is not None else None),
-                             "ratio_sim_over_paper": r, "within_20pct": _within(r),
-                             "verdict": (None if r is None else "supported" if _within(r)
-                                         else "not reproduced"),
+                             "ratio_sim_over_paper": r,
+                             "within_20pct": within(r, WITHIN),
+                             "verdict": band_verdict(r, WITHIN),
                              "source": f"{PAPER_SRC} Table "
                                        f"{1 if streams == 256 else 2}"})
     return rows
@@ -777,7 +744,7 @@ def _ranking_claims(res: dict) -> list[dict]:
                                   f"the methods ({', '.join(vals)})", "streams": streams, "metric": metric,
                          "paper": "token-pd", "sim": top, "values": vals,
                          "ratio_sim_over_paper": None, "within_20pct": None,
-                         "verdict": "supported" if top == "token-pd" else "contradicted",
+                         "verdict": SUPPORTED if top == "token-pd" else CONTRADICTED,
                          "source": f"{PAPER_SRC} Tables 1-2"})
     return rows
 
@@ -926,15 +893,13 @@ def _setup(quick: bool, cfg: dict, tuned: dict | None) -> dict:
                          f"{LINEAR_SLOPE} is linear growth"),
         "mode": "exact (T = 0, deterministic per seed)", "quick": quick,
         "configuration": cfg,
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        "started": now_utc()}
 
 
 def run(quick: bool = False, out: Path | None = None, tuned: dict | None = None) -> dict:
     """Every load and the horizon series; writes the outputs after each when ``out``
     is given. Returns the result document."""
-    from experiments.odma_tables import _enable_compile_cache
-
-    _enable_compile_cache()
+    enable_compile_cache()
     cfg = dict(QUICK if quick else FULL)
     rn = Runner(tuned)
     systems = tuple(cfg["systems"]) + ((TUNED,) if tuned is not None else ())
@@ -942,8 +907,8 @@ def run(quick: bool = False, out: Path | None = None, tuned: dict | None = None)
                                                          PAPER.items()},
            "systems": list(systems), "loads": {}, "horizon": None}
     for streams in cfg["streams"]:
-        _log(f"[{rn.elapsed():6.1f}s] load {streams} streams: {len(cfg['seeds'])} seed(s) "
-             f"x {cfg['n_requests']} requests, systems {', '.join(systems)}")
+        rn.progress(f"load {streams} streams: {len(cfg['seeds'])} seed(s) "
+                    f"x {cfg['n_requests']} requests, systems {', '.join(systems)}")
         res["loads"][str(streams)] = run_load(rn, streams, cfg, systems)
         _finish(res, rn, out)
     res["horizon"] = run_horizons(rn, cfg)
@@ -955,20 +920,12 @@ def _finish(res: dict, rn: Runner, out: Path | None) -> None:
     res["claims"] = claims(res)
     res["consistency"] = consistency(res)
     res["anomalies"] = list(rn.anomalies)
-    res["setup"]["runtime_s"] = round(rn.elapsed(), 1)
-    res["setup"]["simulator_runs"] = rn.runs
+    rn.record_runtime(res["setup"])
     if out is not None:
-        write_outputs(res, out)
-
-
-def write_outputs(res: dict, out: Path) -> None:
-    res = stamped(res)
-    write_json_atomic(out / "tokenpd_tables.json", plain(res), sort_keys=False)
-    write_text_atomic(out / "tokenpd_tables.md",
-                      stamp_markdown(render_markdown(res), res["provenance"]))
-    render_png(res, out / "tokenpd_tables.png")
-    if res.get("horizon"):
-        render_regret_png(res, out / "tokenpd_regret.png")
+        figures = {"tokenpd_tables.png": render_png}
+        if res.get("horizon"):
+            figures["tokenpd_regret.png"] = render_regret_png
+        write_outputs(out, "tokenpd_tables", *stamp(res, render_markdown), figures)
 
 
 # --------------------------------------------------------------------------- report
@@ -976,12 +933,8 @@ def _ms(st: dict, k: str, f=".3g", scale=1.0) -> str:
     m = st[k]
     if m["sd"] > 1e-4 * max(abs(m["mean"]), 1e-12):
         sf = f if f.endswith("f") else ".2g"
-        return f"{_fmt(m['mean'] * scale, f)} ± {_fmt(m['sd'] * scale, sf)}"
-    return _fmt(m["mean"] * scale, f)
-
-
-def _yn(x) -> str:
-    return "—" if x is None else ("yes" if x else "no")
+        return f"{fmt(m['mean'] * scale, f)} ± {fmt(m['sd'] * scale, sf)}"
+    return fmt(m["mean"] * scale, f)
 
 
 def render_markdown(res: dict) -> str:
@@ -1010,26 +963,26 @@ def render_markdown(res: dict) -> str:
     rel = [c for c in res["claims"] if c["kind"] in ("relative", "quality")]
     L.append("## The paper's claims vs simulation")
     L.append("")
-    L.append("| claim | paper | simulated | sim / paper | within 20% | verdict |")
-    L.append("|---|---|---|---|---|---|")
+    L += md_head(("claim", "paper", "simulated", "sim / paper", "within 20%",
+                  "verdict"))
     for c in rel:
         if c["kind"] == "relative":
             f = ",.0f" if c["metric"] == "e2e_p95_ms" else ".3g"
             unit = {"peak_mem_gib": " GiB", "requests_per_s": " req/s",
                     "e2e_p95_ms": " ms"}[c["metric"]]
-            sim = (f"{_pct(c['sim'])} ({_fmt(c['sim_token_pd'], f)} vs "
-                   f"{_fmt(c['sim_baseline'], f)}{unit})" if c["sim"] is not None else "—")
-            paper = _pct(c["paper"])
+            sim = (f"{signed(c['sim'])} ({fmt(c['sim_token_pd'], f)} vs "
+                   f"{fmt(c['sim_baseline'], f)}{unit})" if c["sim"] is not None else "—")
+            paper = signed(c["paper"])
             if c.get("paper_table") is not None and abs(c["paper_table"] - c["paper"]) > 0.05:
-                paper += f" (table: {_pct(c['paper_table'])})"
+                paper += f" (table: {signed(c['paper_table'])})"
         else:
             b = c["baseline"]
-            sim = (f"lost {_fmt(c['sim'])} vs {b} {_fmt(c['sim_baseline'])}"
+            sim = (f"lost {fmt(c['sim'])} vs {b} {fmt(c['sim_baseline'])}"
                    if c["sim"] is not None else "—")
             paper = ("no degradation" if b == "no-evict" else
-                     f"PPL {_pct(c['paper'])} vs {b.upper()}")
-        L.append(f"| {c['claim']} | {paper} | {sim} | {_fmt(c['ratio_sim_over_paper'])} | "
-                 f"{_yn(c['within_20pct'])} | **{c['verdict'] or '—'}** |")
+                     f"PPL {signed(c['paper'])} vs {b.upper()}")
+        L.append(md_row((c["claim"], paper, sim, fmt(c["ratio_sim_over_paper"]),
+                         yn(c["within_20pct"]), f"**{c['verdict'] or '—'}**")))
     L.append("")
     rk = [c for c in res["claims"] if c["kind"] == "ranking"]
     if rk:
@@ -1050,36 +1003,19 @@ def render_markdown(res: dict) -> str:
         for b in ("fifo", "lru", "h2o"):
             if b in st:
                 bm = w + st[b]["mean_kv_gib"]["mean"]
-                cells += [f"{bm:.1f}", _pct(pdm / bm - 1)]
+                cells += [f"{bm:.1f}", signed(pdm / bm - 1)]
             else:
                 cells += ["—", "—"]
         L.append(f"| {key} | {pdm:.1f} | " + " | ".join(cells) + " |")
     L.append("")
-    L.append("### Why the differences (read from the measured metrics)")
-    L.append("")
-    seen = set()
-    for c in rel:
-        if c.get("cause") and c["cause"] not in seen:
-            seen.add(c["cause"])
-            L.append(f"- **{c['id']}**: {c['cause']}")
-    if not seen:
-        L.append("- every relative claim is supported.")
-    L.append("")
+    L += bullets("### Why the differences (read from the measured metrics)",
+                 (f"**{c['id']}**: {c['cause']}" for c in _distinct(rel, "cause")),
+                 empty="every relative claim is supported.")
     notes = [c for c in rel if c.get("note")]
     if notes:
-        L.append("### What the agreements rest on")
-        L.append("")
-        seen = set()
-        for c in notes:
-            if c["note"] not in seen:
-                seen.add(c["note"])
-                L.append(f"- **{c['id']}**: {c['note']}")
-        L.append("")
-    L.append("### Consistency of the paper's own numbers")
-    L.append("")
-    for t in _consistency_text(res):
-        L.append(f"- {t}")
-    L.append("")
+        L += bullets("### What the agreements rest on",
+                     (f"**{c['id']}**: {c['note']}" for c in _distinct(notes, "note")))
+    L += bullets("### Consistency of the paper's own numbers", _consistency_text(res))
     for key, ld in res["loads"].items():
         streams = int(key)
         st = ld["stats"]
@@ -1106,8 +1042,8 @@ def render_markdown(res: dict) -> str:
             for (metric, j, _), f in zip(TABLE_METRICS, (".3g", ".3g", ",.0f")):
                 row.append(_ms(st[sy], metric, f))
                 pv = pp[j] if pp else None
-                row.append(_fmt(pv, "g") if pv is not None else "—")
-                row.append(_fmt(_ratio(st[sy][metric]["mean"], pv)) if pv else "—")
+                row.append(fmt(pv, "g") if pv is not None else "—")
+                row.append(fmt(ratio(st[sy][metric]["mean"], pv)) if pv else "—")
             row.append(_ms(st[sy], "attention_lost", ".3f"))
             L.append("| " + " | ".join(row) + " |")
         L.append("")
@@ -1149,12 +1085,12 @@ def render_markdown(res: dict) -> str:
         for name, ser in hz["series"].items():
             for p in ser["points"]:
                 eta = p.get("eta", ser.get("eta"))
-                L.append(f"| {name} | {p['T']} | {_fmt(eta, '.4g')} | "
-                         f"{_fmt(p['regret'], '.4g')} | {_fmt(p['regret_per_query'], '.3f')}"
-                         f" | {_fmt(p['violation'], '.4g')} | "
-                         f"{_fmt(p['violation_bracket'], '.4g')} | "
+                L.append(f"| {name} | {p['T']} | {fmt(eta, '.4g')} | "
+                         f"{fmt(p['regret'], '.4g')} | {fmt(p['regret_per_query'], '.3f')}"
+                         f" | {fmt(p['violation'], '.4g')} | "
+                         f"{fmt(p['violation_bracket'], '.4g')} | "
                          f"{p['busy_iterations']:.0f} | {p['running_at_T']} | "
-                         f"{_fmt(p['price'], '.3g')} |")
+                         f"{fmt(p['price'], '.3g')} |")
         L.append("")
         L.append("Series: " + "; ".join(f"**{k}**: {v['label']}"
                                         for k, v in hz["series"].items()) + ".")
@@ -1165,10 +1101,10 @@ def render_markdown(res: dict) -> str:
         L.append("|---|---|---|---|---|---|---|---|")
         for name, ser in hz["series"].items():
             for q, sl in ser["slopes"].items():
-                tail = (f"{_fmt(sl['tail_slope'], '.3f')} (T >= {sl['tail_from_T']})"
+                tail = (f"{fmt(sl['tail_slope'], '.3f')} (T >= {sl['tail_from_T']})"
                         if sl["tail_slope"] is not None else "—")
                 loc = ", ".join(f"{v:.2f}" for v in sl["local_slopes"]) or "—"
-                L.append(f"| {name} | {q} | {_fmt(sl['slope'], '.3f')} | "
+                L.append(f"| {name} | {q} | {fmt(sl['slope'], '.3f')} | "
                          f"{sl['n_points']} of {sl['n_points'] + sl['n_nonpositive']} | "
                          f"{sl['verdict']} | {tail} | {sl.get('tail_verdict', '—')} | "
                          f"{loc} |")
@@ -1181,14 +1117,19 @@ def render_markdown(res: dict) -> str:
                  f"{'yes' if busy else 'NO (see busy iterations)'}.")
         L.append("")
     if res.get("anomalies"):
-        L.append("## Simulator anomalies")
-        L.append("")
-        for a in res["anomalies"]:
-            L.append(f"- {a}")
-        L.append("")
-    L.append(f"Runtime {s.get('runtime_s', 0):.0f} s, {s.get('simulator_runs', 0)} "
-             "simulator runs.")
+        L += bullets("## Simulator anomalies", res["anomalies"])
+    L.append(footer(s))
     return "\n".join(L) + "\n"
+
+
+def _distinct(rows: list[dict], key: str) -> list[dict]:
+    """The rows with a ``key`` text, only the first of each text."""
+    seen, out = set(), []
+    for c in rows:
+        if c.get(key) and c[key] not in seen:
+            seen.add(c[key])
+            out.append(c)
+    return out
 
 
 def _horizon_text(hz: dict) -> list[str]:
@@ -1200,8 +1141,8 @@ def _horizon_text(hz: dict) -> list[str]:
         nz = [p for p in sr["points"] if p["regret"] != 0]
         zero = [p["T"] for p in sr["points"] if p["regret"] == 0]
         v = sr["slopes"]["violation"]
-        viol = (f" Cumulative violation: slope {_fmt(v['slope'], '.2f')} over all points, "
-                f"{_fmt(v['tail_slope'], '.2f')} over the upper half.")
+        viol = (f" Cumulative violation: slope {fmt(v['slope'], '.2f')} over all points, "
+                f"{fmt(v['tail_slope'], '.2f')} over the upper half.")
         if nz and (len(pts) < 2 or max(abs(p["regret_per_query"]) for p in nz) < 2e-3):
             out.append(f"{name}: regret is positive at {len(pts)} of {len(nz)} horizons "
                        "with decode iterations and stays near zero (per decode query "
@@ -1224,7 +1165,7 @@ def _horizon_text(hz: dict) -> list[str]:
         elif a > 0 and b / a < 2 / 3:
             msg += (": falling, so regret grows slower than the number of decode queries "
                     f"over this range (upper-half slope "
-                    f"{_fmt(sr['slopes']['regret']['tail_slope'], '.2f')})")
+                    f"{fmt(sr['slopes']['regret']['tail_slope'], '.2f')})")
         else:
             msg += ": rising, so regret grows faster than the number of decode queries"
         if zero:
@@ -1260,17 +1201,10 @@ def _horizon_text(hz: dict) -> list[str]:
     return out
 
 
-def _meta(res: dict) -> dict:
-    """savefig's metadata: the result's provenance line, when it has one."""
-    return {"metadata": png_metadata(res["provenance"])} if "provenance" in res else {}
-
-
 def render_png(res: dict, path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    plt = pyplot()
 
     loads = list(res["loads"])
     systems = list(res["systems"])
@@ -1302,16 +1236,13 @@ def render_png(res: dict, path) -> None:
                  "saturation: simulated bars (mean ± SD over seeds), paper values "
                  "as diamonds")
     fig.tight_layout()
-    savefig_atomic(fig, path, dpi=100, **_meta(res))
-    plt.close(fig)
+    save_figure(fig, path, res, dpi=100)
 
 
 def render_regret_png(res: dict, path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    plt = pyplot()
 
     hz = res["horizon"]
     fig, axs = plt.subplots(1, 2, figsize=(13, 4.8))
@@ -1351,47 +1282,34 @@ def render_regret_png(res: dict, path) -> None:
     fig.suptitle(f"Token-PD at {hz['streams']} streams, ShareGPT queued at t = 0: "
                  "log-log growth vs the O(sqrt T) claim")
     fig.tight_layout()
-    savefig_atomic(fig, path, dpi=100, **_meta(res))
-    plt.close(fig)
+    save_figure(fig, path, res, dpi=100)
 
 
 # --------------------------------------------------------------------------- CLI
-def _error(msg: str) -> int:
-    print(f"error: {msg}", file=sys.stderr)
-    return 2
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.tokenpd_tables",
-                                 description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True, help="folder for the four files")
-    ap.add_argument("--quick", action="store_true",
-                    help="128 streams only, one seed of 100 requests, horizons up to 256 "
-                    "iterations: for tests")
+    ap = argument_parser("tokenpd_tables", __doc__, "four",
+                         "128 streams only, one seed of 100 requests, horizons up to "
+                         "256 iterations: for tests")
     ap.add_argument("--tuned", type=Path, default=None,
                     help="token-pd policy file (python -m tuner.fit ... --out) or JSON "
                     "{\"params\": {...}}: adds a 'token-pd (tuned)' row and horizon series")
-    try:
-        args = ap.parse_args(argv)
-    except SystemExit as e:  # argparse: 2 on bad arguments
-        return int(e.code or 0)
-    why = unwritable_reason(args.out)
-    if why:
-        return _error(f"--out {args.out}: {why}")
+    args = parse_args(ap, argv)
+    if isinstance(args, int):  # argparse: 2 on bad arguments
+        return args
+    if msg := out_unwritable(args.out):
+        return error(msg)
     tuned = None
     if args.tuned is not None:
         try:
             tuned = load_tuned(args.tuned)
         except ValueError as e:
-            return _error(str(e))
+            return error(str(e))
     from tuner.workloads.presets import traces_dir
 
     if not (traces_dir() / SHAREGPT_FILE).is_file():
-        return _error(f"no {SHAREGPT_FILE} under {traces_dir()}")
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        return _error(f"--out {args.out}: cannot create it ({e})")
+        return error(f"no {SHAREGPT_FILE} under {traces_dir()}")
+    if msg := make_out(args.out):
+        return error(msg)
     res = run(quick=args.quick, out=args.out, tuned=tuned)
     print(render_markdown(res))
     return 0

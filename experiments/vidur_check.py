@@ -42,7 +42,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from models import get_system, metrics, simulate_until_done, validate_params  # noqa: E402
-from tuner.atomic import write_json_atomic, write_text_atomic  # noqa: E402
+from tuner.common.atomic import write_json_atomic, write_text_atomic  # noqa: E402
 from experiments.results_io import stamp_markdown, stamped  # noqa: E402
 from tuner.scenario import ScenarioSpec, build_scenario  # noqa: E402
 from tuner.workloads.presets import traces_dir  # noqa: E402

@@ -4,6 +4,7 @@ Every preset number carries its source (``Device.sources`` / ``LLMSpec.sources``
 including the measured efficiencies and tensor-parallel fabric the roofline uses.
 """
 
+from hardware import _device_presets, _model_presets  # noqa: F401  (register the presets)
 from hardware.deploy import (
     Deployment,
     InfeasibleError,

@@ -7,7 +7,7 @@ Capacities: vendors' "GB" of device DRAM is binary (GiB). KunServe's Table 1 sha
 
 from __future__ import annotations
 
-from hardware.devices import Device
+from hardware.devices import Device, register_device
 
 __all__ = ["PRESETS"]
 
@@ -507,3 +507,7 @@ PRESETS = (
         ),
     ),
 )
+
+for _dev in PRESETS:  # the registry is filled here, where the presets are defined
+    register_device(_dev)
+del _dev

@@ -16,7 +16,7 @@ parameters one token uses (shared weights plus ``num_experts_per_tok`` experts).
 
 from __future__ import annotations
 
-from hardware.llm import LLMSpec
+from hardware.llm import LLMSpec, register_model
 
 __all__ = ["PRESETS"]
 
@@ -400,3 +400,7 @@ PRESETS = PRESETS + (
                "layer is MoE, decoder_sparse_step=1)"},
     ),
 )
+
+for _model in PRESETS:  # the registry is filled here, where the presets are defined
+    register_model(_model)
+del _model

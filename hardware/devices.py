@@ -2,7 +2,7 @@
 the tensor-parallel interconnect, and the measured efficiencies the roofline uses.
 
 A :class:`Device` holds per-device numbers only; how many devices a model spans is a
-:class:`hardware.deploy.Deployment`. Presets live in ``hardware/_device_presets.py``
+:class:`hardware.placement.Deployment`. Presets live in ``hardware/_device_presets.py``
 with a source for every number; ``load_devices`` reads more from JSON or TOML.
 """
 
@@ -227,10 +227,3 @@ def load_devices(path, *, overwrite: bool = False) -> list[Device]:
     ]
     _DEVICES.register_all(devices, overwrite=overwrite)
     return devices
-
-
-from hardware import _device_presets  # (registers the presets)
-
-for _dev in _device_presets.PRESETS:
-    register_device(_dev)
-del _dev

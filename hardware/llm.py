@@ -155,10 +155,3 @@ def get_model(name: str) -> LLMSpec:
 def list_models() -> list[str]:
     """Registered model names, sorted."""
     return _MODELS.names()
-
-
-from hardware import _model_presets  # (registers the presets)
-
-for _model in _model_presets.PRESETS:
-    register_model(_model)
-del _model

@@ -76,7 +76,7 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from hardware.deploy import Deployment, InfeasibleError, _tp_splits_heads
+from hardware.placement import Deployment, InfeasibleError, tp_splits_heads
 from hardware.devices import Device, get_device
 from hardware.llm import LLMSpec, get_model
 
@@ -433,7 +433,7 @@ def vllm_memory_profile(
             f"User-specified max_model_len ({max_model_len}) is greater than the "
             f"derived max_model_len (max_position_embeddings={m.max_position} in "
             f"{m.name}'s config.json)"))
-    if not _tp_splits_heads(m, tp):
+    if not tp_splits_heads(m, tp):
         raise VllmRefusal("tp", (
             f"Total number of attention heads ({m.n_heads}) must be divisible by "
             f"tensor parallel size ({tp}) (and KV heads {m.n_kv_heads} divisible by "
@@ -552,7 +552,7 @@ def vllm_memory_profile(
 
 def deployment_from_profile(profile: MemoryProfile,
                             n_devices: int | None = None) -> Deployment:
-    """A :class:`~hardware.deploy.Deployment` whose KV capacity is the profile's
+    """A :class:`~hardware.placement.Deployment` whose KV capacity is the profile's
     ``kv_cache_tokens`` (and whose weights and KV bytes per token are the profile's,
     so fp8 weights or KV read less per step). Raises :class:`VllmRefusal` for a
     profile vLLM refuses."""

@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from hardware.deploy import Deployment
+from hardware.placement import Deployment
 
 __all__ = [
     "ALLREDUCES_PER_LAYER",

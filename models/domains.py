@@ -2,7 +2,7 @@
 unconstrained ``z`` to them and back, and how a random search samples them.
 
 A :class:`ParamSpec` names its domain by key; ``registry.validate_params``,
-``tuner.space.Space`` and ``tuner.sweep.random_points`` all read :data:`DOMAINS`, so a new
+``tuner.objective.space.Space`` and ``tuner.sweep.random_points`` all read :data:`DOMAINS`, so a new
 domain is one entry here. Transforms are pure ``jax.numpy`` (jittable, differentiable).
 """
 

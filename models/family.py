@@ -183,10 +183,20 @@ def list_families() -> list[str]:
     return sorted(_FAMILIES)
 
 
-def family_of(system: str) -> Family:
-    from models.registry import get_system
+_SYSTEM_FAMILY: dict[str, str] = {}  # system -> its family's name (models.registry fills it)
 
-    return get_family(get_system(system).family)
+
+def bind_system(system: str, family: str) -> None:
+    """Record that ``system`` runs on ``family`` (called by ``register_system``)."""
+    get_family(family)  # fails with the known families' names
+    _SYSTEM_FAMILY[system] = family
+
+
+def family_of(system: str) -> Family:
+    if system not in _SYSTEM_FAMILY:
+        raise ValueError(f"unknown system {system!r}; known: "
+                         f"{', '.join(sorted(_SYSTEM_FAMILY))}")
+    return get_family(_SYSTEM_FAMILY[system])
 
 
 def make_options(system: str, *, block: int = 16, record: bool = False,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.domains import get_domain
+from models.family import bind_system, get_family
 
 __all__ = ["ParamSpec", "SystemSpec", "register_system", "get_system", "list_systems",
            "validate_params"]
@@ -56,11 +57,10 @@ _SYSTEMS: dict[str, SystemSpec] = {}
 
 def register_system(spec: SystemSpec) -> SystemSpec:
     """Register a system (its family must be registered first, see ``models.family``)."""
-    from models.family import get_family
-
     get_family(spec.family)  # fails with the known families' names
     if not isinstance(spec.baselines, tuple) or not spec.baselines:
         raise ValueError(f"{spec.name}: baselines must be a non-empty tuple of systems")
+    bind_system(spec.name, spec.family)
     _SYSTEMS[spec.name] = spec
     return spec
 

@@ -35,7 +35,7 @@ if (os.environ.get("KVTUNE_TEST_JAX_CACHE", "1") != "0"
     # the controller sets it before the workers start; they inherit the environment
     _CREATED_CACHE = tempfile.mkdtemp(prefix="kvtune-test-jax-cache-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _CREATED_CACHE
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 
 def pytest_unconfigure(config):

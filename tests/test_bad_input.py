@@ -13,7 +13,7 @@ from tuner import evaluate as ev
 from tuner import explain as ex
 from tuner import fit as fit_cli
 from tuner import sweep as sweep_cli
-from tuner.policy import load_policy, make_policy
+from tuner.export.policy import load_policy, make_policy
 from tuner.scenario import ScenarioSpec, build_scenario
 from tuner.workloads.traces import load_trace
 
@@ -286,7 +286,7 @@ def _stub_validate(system, policies, objective, win, seeds, log=None):
 
 def test_fit_on_an_own_trace_derives_max_len_once_and_logs(tmp_path, capsys,
                                                            monkeypatch):
-    import tuner.validation as val
+    import tuner.objective.validation as val
 
     monkeypatch.setattr(val, "validate", _stub_validate)
     trace = _long_tailed_csv(tmp_path)

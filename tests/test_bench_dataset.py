@@ -1,5 +1,5 @@
 """The scenario's requests as a ``vllm bench serve`` dataset (``tuner.bench_dataset``)
-and the measurement kit beside an exported policy (``tuner.deployment``)."""
+and the measurement kit beside an exported policy (``tuner.export.deployment``)."""
 
 import csv
 import dataclasses
@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from models.workload import make_workload
-from tuner import bench_dataset as bd
-from tuner.deployment import measure, vllm_args, write_measure_kit
-from tuner.policy import make_policy
+from tuner import bench_dataset as bd_cli
+from tuner.export import bench_dataset as bd
+from tuner.export.deployment import measure, vllm_args, write_measure_kit
+from tuner.export.policy import make_policy
 from tuner.scenario import ScenarioSpec, build_scenario
 
 SPEC = ScenarioSpec(n_requests=120)  # deepseek-r1-distill-qwen-7b: adds a BOS
@@ -240,13 +241,13 @@ def test_measure_kit_beside_the_policy(sc, tmp_path, capsys):
     cli_policy = tmp_path / "cli" / "p.json"
     cli_policy.parent.mkdir()
     cli_policy.write_text(json.dumps(doc))
-    assert bd.main([str(cli_policy), "--format", "custom"]) == 0
+    assert bd_cli.main([str(cli_policy), "--format", "custom"]) == 0
     written = cli_policy.parent / "p.dataset.jsonl"
     assert capsys.readouterr().out.strip() == f"wrote {written}"
     unpadded = build_scenario(SPEC)
     assert written.read_text() == \
         bd.write_dataset(unpadded, tmp_path / "ref.jsonl").read_text()
-    assert bd.main([str(tmp_path / "missing.json")]) == 2
+    assert bd_cli.main([str(tmp_path / "missing.json")]) == 2
     assert capsys.readouterr().err.startswith("error: ")
 
 

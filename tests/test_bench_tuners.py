@@ -175,7 +175,7 @@ def tiny_run(tmp_path_factory):
 
 @pytest.mark.needs_traces("azure-llm-2023-conv.csv")
 def test_tiny_run_accounts_every_methods_budget(tiny_run):
-    from tuner.gradcheck import CLASSES, classify
+    from tuner.search.gradcheck import CLASSES, classify
 
     for ext in ("json", "md", "png"):
         assert (tiny_run / f"bench_tuners.{ext}").stat().st_size > 0
@@ -218,7 +218,7 @@ def test_tiny_run_accounts_every_methods_budget(tiny_run):
                 got[c] += r["by_t"][k][c]
         assert got == want
     # provenance at the top level, stamped as the markdown's last line
-    from tuner.provenance import stamp_text
+    from tuner.common.provenance import stamp_text
 
     prov = doc["provenance"]
     assert "experiments" in json.dumps(prov["sources"]["files"])
@@ -229,7 +229,7 @@ def test_tiny_run_accounts_every_methods_budget(tiny_run):
 
 
 def test_gradient_quality_counts_the_shared_rules_classes():
-    """Per parameter and temperature, the four classes of tuner.gradcheck.classify; a
+    """Per parameter and temperature, the four classes of tuner.search.gradcheck.classify; a
     relaxed derivative of -1.7e-13 against an exact -7.75 counts as vanishing."""
     import numpy as np
 

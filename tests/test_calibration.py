@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tuner import calibration as cal
+from tuner.calibration import roofline_fit as cal
 from tuner.calibrate import main as calibrate_main
 from tuner.scenario import ScenarioSpec, build_scenario
 

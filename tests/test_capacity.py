@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from models import make_options
-from tuner.capacity import TARGET, exact_capacity, goodput_from, ladder_metrics
-from tuner.evaluate import evaluate, run
-from tuner.objectives import parse_objective
-from tuner.problem import Ladder, measure
+from tuner.objective.capacity import TARGET, exact_capacity, goodput_from, ladder_metrics
+from tuner.objective.evaluate import evaluate, run
+from tuner.objective.objectives import parse_objective
+from tuner.objective.problem import Ladder, measure
 from tuner.scenario import ScenarioSpec, build_scenario
 
 SPEC = ScenarioSpec(n_requests=120, n_slots=32, max_batch=32)
@@ -153,7 +153,7 @@ def test_goodput_gradient_in_the_attainments_matches_finite_differences():
 
 
 def test_made_up_arrivals_and_overload_are_warned(tmp_path):
-    from tuner.fitting import FitSettings, build_problem
+    from tuner.search.fitting import FitSettings, build_problem
 
     path = tmp_path / "lengths.csv"
     rows = "\n".join(f"{100 + i},{20 + i % 7}" for i in range(80))

@@ -1,4 +1,4 @@
-"""An exported policy in physical units: ``tuner.deployment.describe`` (bucket bounds,
+"""An exported policy in physical units: ``tuner.export.deployment.describe`` (bucket bounds,
 pools, server, vLLM arguments, predictor), the family's optional ``deployment`` and the
 ``tuner.explain`` CLI."""
 
@@ -13,8 +13,8 @@ import models
 from models import get_system
 from tests.fixture_family import TOY  # registers family and system "toy"
 from tuner import explain
-from tuner.deployment import describe
-from tuner.policy import load_policy, make_policy
+from tuner.export.deployment import describe
+from tuner.export.policy import load_policy, make_policy
 from tuner.scenario import ScenarioSpec, build_scenario
 
 SPEC = ScenarioSpec(n_requests=200)

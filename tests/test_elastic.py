@@ -207,8 +207,8 @@ def test_bad_input_is_one_clear_error():
 def test_fit_warns_when_a_window_is_one_burst():
     """40 requests that eLLM's pool holds at once: goodput (rescaled arrivals) exceeds
     the saturation throughput, which sustained load cannot; tuner.fit warns."""
-    from tuner.evaluate import evaluate
-    from tuner.fitting import finite_window
+    from tuner.objective.evaluate import evaluate
+    from tuner.search.fitting import finite_window
     from tuner.scenario import ScenarioSpec, build_scenario
 
     sc = build_scenario(ScenarioSpec(

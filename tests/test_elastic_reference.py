@@ -122,9 +122,9 @@ def test_pool_and_activation_coefficients_by_hand():
     r_v1 = 128 * 2 + 3 * 100 * 4  # V1: 3 fp32 copies = 1456 B
     z_v1 = 0.117 * 2 ** 30  # V1 sampler workspace
     assert tuple(activation_coefficients(spec, tp=2, version="v0")) == pytest.approx(
-        (120.0, 16.0, 3972.0, 0.0), rel=1e-12)
+        (f_b, h_b, r_v0, 0.0), rel=1e-12)
     assert tuple(activation_coefficients(spec, tp=2, version="v1")) == pytest.approx(
-        (120.0, 16.0, 1456.0, z_v1), rel=1e-12)
+        (f_b, h_b, r_v1, z_v1), rel=1e-12)
     # the other MLPs: fc1/fc2 (OPT): 3 hidden + fc1's 2 I/tp = (24 + 24) * 2 = 96 B;
     # MoE, 2 of 4 experts per token: 3 hidden + 2 (3 I/tp + hidden) = (24 + 88) * 2
     from dataclasses import replace

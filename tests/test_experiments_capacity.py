@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from experiments import capacity_table as ct
-from tuner.atomic import write_json_atomic
+from tuner.common.atomic import write_json_atomic
 
 POLICIES = ("tuned", "default", "static", "paged")
 
@@ -16,10 +16,10 @@ def _fake_fit(argv):
     """``tuner.fit.main`` stand-in: the policy file a fit writes, from a real scenario,
     deployment section and verdict over synthetic held-out samples (the real fit runs
     in tests/test_fit.py and tests/test_readme.py)."""
-    from tuner.deployment import describe
-    from tuner.policy import make_policy
+    from tuner.export.deployment import describe
+    from tuner.export.policy import make_policy
     from tuner.scenario import ScenarioSpec, build_scenario
-    from tuner.validation import interval, verdict
+    from tuner.objective.validation import interval, verdict
 
     out = argv[argv.index("--out") + 1]
     spec = ScenarioSpec(n_requests=int(argv[argv.index("--n-requests") + 1]),

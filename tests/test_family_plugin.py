@@ -12,14 +12,14 @@ from models import list_systems, metric_specs, trace_guard
 from models.simulate import note_trace
 from tuner import evaluate as ev
 from tuner import fit as fit_cli
-from tuner.evaluate import evaluate
-from tuner.objectives import parse_objective
-from tuner.policy import load_policy
-from tuner.problem import Problem
+from tuner.objective.evaluate import evaluate
+from tuner.objective.objectives import parse_objective
+from tuner.export.policy import load_policy
+from tuner.objective.problem import Problem
 from tuner.scenario import ScenarioSpec, build_scenario
-from tuner.space import Space
+from tuner.objective.space import Space
 from tuner.sweep import main as sweep_main
-from tuner.sweep import run_sweep
+from tuner.search.sweep import run_sweep
 from models import get_system
 
 SMALL = ScenarioSpec(n_requests=80, n_slots=16, max_batch=16)

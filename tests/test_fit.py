@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from tuner import fit as fit_cli
-from tuner.fitting import FitSettings, fit
-from tuner.policy import load_policy
+from tuner.search.fitting import FitSettings, fit
+from tuner.export.policy import load_policy
 from tuner.scenario import ScenarioSpec
 
 SPEC = ScenarioSpec(n_requests=100, n_slots=32, max_batch=32)
@@ -76,7 +76,7 @@ def test_fit_cli_says_when_a_baseline_wins_and_exports_nothing(tmp_path, capsys,
                                                                monkeypatch):
     """The verdict (exit 3, one plain sentence, nothing written unless asked), with the
     fit and the held-out validation stubbed: deterministic and fast."""
-    import tuner.validation as val
+    import tuner.objective.validation as val
 
     out = tmp_path / "policy.json"
     monkeypatch.setattr(fit_cli, "fit", _fake_fit({"gamma": 1.0}))
@@ -128,7 +128,7 @@ def test_fit_cli_bad_input_leaves_no_file(tmp_path, capsys):
 
 def test_a_kill_during_the_checks_leaves_nothing_to_resume_and_after_them_resumes(
         tmp_path, monkeypatch):
-    import tuner.fitting as fitting
+    import tuner.search.fitting as fitting
 
     ckpt = tmp_path / "p.json.ckpt"
     real = fitting.check
@@ -180,7 +180,7 @@ def test_fit_keeps_the_best_exact_policy_reverts_and_accounts_cost():
 
 
 def test_problem_reports_exact_evaluations_and_its_gradient_matches_fd():
-    from tuner.fitting import build_problem
+    from tuner.search.fitting import build_problem
 
     prob, _ = build_problem(SPEC, SETTINGS)
     seen = []
@@ -207,7 +207,7 @@ def test_problem_reports_exact_evaluations_and_its_gradient_matches_fd():
 
 
 def test_forward_differences_cost_one_evaluation_per_coordinate():
-    from tuner.fitting import build_problem
+    from tuner.search.fitting import build_problem
 
     prob, _ = build_problem(SPEC, SETTINGS)
     theta = prob.space.to_theta(prob.space.base)

@@ -1,4 +1,4 @@
-"""The one rule that classifies a gradient check (tuner.gradcheck.classify), and what the
+"""The one rule that classifies a gradient check (tuner.search.gradcheck.classify), and what the
 fit does with each class: a relaxed derivative far below the exact difference's scale
 is "vanishing", never "agree", and the fit gives that coordinate exact CRN finite
 differences, like a disagreeing one."""
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from tuner import gradcheck as gc
-from tuner.fitting import FitSettings, _floor, _initial_checks, estimators
+from tuner.search import gradcheck as gc
+from tuner.search.fitting import FitSettings, _floor, _initial_checks, estimators
 
 
 @pytest.mark.parametrize("relaxed,exact,want", [
@@ -99,7 +99,7 @@ def test_grad_check_experiment_uses_the_rule_and_stamps_its_files(tmp_path,
     import json
 
     from experiments import grad_check as gck
-    from tuner.provenance import stamp_text
+    from tuner.common.provenance import stamp_text
 
     def fake_run(spec, system, objective, temps, crn, h_relaxed, h_exact):
         rows = [{"temperature": t, "param": "gamma[0]", "grad": -1.7e-13,

@@ -5,11 +5,11 @@ tests/test_bucketed_reference.py; gradient checks along directions: tests/test_f
 import numpy as np
 import pytest
 
-from tuner.fitting import FitSettings
-from tuner.objectives import parse_objective
-from tuner.problem import Problem
+from tuner.search.fitting import FitSettings
+from tuner.objective.objectives import parse_objective
+from tuner.objective.problem import Problem
 from tuner.scenario import ScenarioSpec, build_scenario
-from tuner.space import Space
+from tuner.objective.space import Space
 
 SPEC = ScenarioSpec(n_requests=100, n_slots=32, max_batch=32)  # test_fit's shapes
 
@@ -43,7 +43,7 @@ def test_odma_pb_has_34_tunable_coordinates():
 
 def test_a_fleet_ladder_has_a_row_of_rungs_per_device_when_goodputs_differ():
     from models import get_system
-    from tuner.problem import AROUND, plan_ladder
+    from tuner.objective.problem import AROUND, plan_ladder
 
     scs = [build_scenario(SPEC.replace(hardware=hw, tp=1, max_len=2048))
            for hw in ("mlu370-x4", "a100-80gb")]

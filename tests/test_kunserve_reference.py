@@ -111,7 +111,6 @@ def _compare(jax_rows, snaps, n_req):
             # exactly (both should take the smallest gid) or only in float32 (a rounding
             # accident of this case: choose one without)
             z = np.zeros(len(snaps[0]["clock"]))
-            pj_cl = np.asarray(jax_rows[1][i - 1], np.float64) if i > 0 else z
             pr_cl = np.asarray(snaps[i - 1]["clock"], np.float64) if i > 0 else z
             why = ("an exact tie: the smallest gid goes first" if pr_cl[pj] == pr_cl[pr]
                    else "a float32 tie only: choose a case without one"

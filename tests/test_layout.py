@@ -162,3 +162,111 @@ def test_the_checker_sees_every_import_form(tmp_path, monkeypatch):
         (1, "hardware.llm"), (2, "models.core"), (3, "models.fam_b"), (4, "models.fam_b"),
         (6, "tuner.scenario"), (7, "importlib"), (8, "experiments.bench_sim")]
     assert families() == ["fam_a", "fam_b"]
+
+
+# --- no import circles; the tuner's own layers -------------------------------------
+
+# tuner's library folders and their rank: a folder imports only folders of lower rank
+# (and itself); equal ranks are independent of each other
+TUNER_LAYERS = {"common": 0, "workloads": 1, "scenario": 2, "objective": 3,
+                "calibration": 3, "search": 4, "export": 4}
+TUNER_CLI = "tuner.cli"  # the flags the entry points share; imported only by them
+
+
+def import_graph(packages=PACKAGES) -> dict[str, set[str]]:
+    """Module -> the repository modules it imports (every form, see :func:`imports`)."""
+    paths = [p for package in packages for p in _sources(package)]
+    nodes = {_module_name(p) for p in paths}
+    graph = {}
+    for p in paths:
+        graph[_module_name(p)] = {m for _, m in imports(p) if m in nodes}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of ``graph`` as ``[a, b, ..., a]``, or None."""
+    import graphlib
+
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as e:
+        return list(e.args[1])
+    return None
+
+
+def test_no_import_circles():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, ("import circle (each imports the next, counting imports "
+                           "inside functions): " + " -> ".join(cycle or []))
+
+
+def _tuner_place(mod: str) -> tuple[str, str | None]:
+    """('package' | 'layer' | 'cli' | 'entry', folder) of a tuner module."""
+    parts = mod.split(".")
+    if mod == "tuner":
+        return "package", None
+    if mod == TUNER_CLI:
+        return "cli", None
+    if len(parts) == 2 and not (ROOT / "tuner" / parts[1] / "__init__.py").is_file():
+        return "entry", None
+    return "layer", parts[1]
+
+
+def tuner_layer_violations() -> list[str]:
+    bad = []
+    for path in _sources("tuner"):
+        me = _module_name(path)
+        kind, folder = _tuner_place(me)
+        rel = path.relative_to(ROOT).as_posix()
+        for line, mod in imports(path):
+            if not _within(mod, "tuner") or mod == me:
+                continue
+            okind, ofolder = _tuner_place(mod)
+            why = None
+            if kind == "package":
+                why = "the package's __init__ imports nothing of the tuner (lazy)"
+            elif okind == "entry":
+                why = "an entry point is imported by no module"
+            elif okind == "cli" and kind != "entry":
+                why = f"{TUNER_CLI} is imported only by entry points"
+            elif okind == "package":
+                why = "import the module that defines the name, not the package"
+            elif kind == "layer" and ofolder not in TUNER_LAYERS:
+                why = f"unknown tuner folder {ofolder!r} (add it to TUNER_LAYERS)"
+            elif kind == "layer" and ofolder != folder and \
+                    TUNER_LAYERS[ofolder] >= TUNER_LAYERS[folder]:
+                why = (f"layer {folder!r} (rank {TUNER_LAYERS[folder]}) imports "
+                       f"{ofolder!r} (rank {TUNER_LAYERS[ofolder]})")
+            if why:
+                bad.append(f"{rel}:{line} -> {mod} ({why})")
+    return bad
+
+
+def test_tuner_layers_and_thin_entry_points():
+    folders = {p.parent.name for p in (ROOT / "tuner").glob("*/__init__.py")}
+    assert folders == set(TUNER_LAYERS), (
+        f"tuner's folders {sorted(folders)} are not the layers {sorted(TUNER_LAYERS)}")
+    bad = tuner_layer_violations()
+    assert not bad, _report(bad, "tuner layers: common <- workloads <- scenario <- "
+                                 "objective, calibration <- search, export <- cli <- "
+                                 "entry points")
+
+
+def test_the_circle_and_layer_checks_can_fail(tmp_path, monkeypatch):
+    """A circle through a function-level import, and a library module importing an
+    entry point and a higher layer, are each reported."""
+    for d in ("tuner", "tuner/objective", "tuner/search"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "__init__.py").write_text("")
+    (tmp_path / "tuner" / "fit.py").write_text("")
+    (tmp_path / "tuner" / "objective" / "problem.py").write_text(
+        "def f():\n    from tuner.search.fitting import x\n    from tuner import fit\n")
+    (tmp_path / "tuner" / "search" / "fitting.py").write_text(
+        "from tuner.objective.problem import Problem\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    cycle = find_cycle(import_graph(("tuner",)))
+    assert cycle and set(cycle) == {"tuner.objective.problem", "tuner.search.fitting"}
+    bad = tuner_layer_violations()
+    assert any("problem.py:2 -> tuner.search.fitting (layer 'objective'" in b for b in bad)
+    assert any("problem.py:3 -> tuner.fit (an entry point" in b for b in bad)
+    assert len(bad) == 2, bad

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tuner import evaluate as ev
-from tuner.policy import load_policy, make_policy
+from tuner.export.policy import load_policy, make_policy
 from tuner.scenario import ScenarioSpec, build_scenario, check_spec
 from tuner.workloads import error_model as em
 from tuner.workloads import predictor as pr
@@ -59,7 +59,7 @@ def test_rank_calibration_through_the_scenario(tmp_path):
 
 
 def test_defaults_keep_the_fingerprint_spec():
-    from tuner.scenario import _fingerprint_spec
+    from tuner.scenario.build import _fingerprint_spec
 
     d = _fingerprint_spec(ScenarioSpec())
     assert "pred_quantile" not in d and "u_calibration" not in d

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from models import get_system, validate_params
-from tuner.policy import SCHEMA, load_policy
-from tuner.validation import OUTCOMES
+from tuner.export.policy import SCHEMA, load_policy
+from tuner.objective.validation import OUTCOMES
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -22,7 +22,7 @@ import pytest
 
 from experiments import stale
 from experiments.main_job import README_ARGS
-from tuner import provenance as pv
+from tuner.common import provenance as pv
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -11,9 +11,9 @@ import pytest
 
 from tuner import evaluate as ev
 from tuner import fit as fit_cli
-from tuner.atomic import write_json_atomic
-from tuner.deployment import vllm_args
-from tuner.policy import load_policy, make_policy
+from tuner.common.atomic import write_json_atomic
+from tuner.export.deployment import vllm_args
+from tuner.export.policy import load_policy, make_policy
 from tuner.scenario import (ScenarioSpec, build_scenario, check_spec, clip_lengths,
                             scale_to_max_tokens)
 from tuner.workloads.presets import traces_dir

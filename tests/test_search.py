@@ -1,4 +1,4 @@
-"""Black-box search (``tuner.search``) and ``python -m tuner.fit --method``.
+"""Black-box search (``tuner.search.blackbox``) and ``python -m tuner.fit --method``.
 
 One small problem (the training window ``tests/test_fit.py`` fits on, objective
 ``tps_mig``: no rate ladder) is built once; the searches use ``batch=2`` so that the
@@ -15,10 +15,10 @@ import pytest
 
 from models import get_system, trace_guard, validate_params
 from tuner import fit as fit_cli
-from tuner.fitting import FitSettings, build_problem
-from tuner.policy import load_policy
+from tuner.search.fitting import FitSettings, build_problem
+from tuner.export.policy import load_policy
 from tuner.scenario import ScenarioSpec
-from tuner.search import SEARCH_METHODS, Flat, SearchResult, search, search_fit
+from tuner.search.blackbox import SEARCH_METHODS, Flat, SearchResult, search, search_fit
 
 SPEC = ScenarioSpec(n_requests=100, n_slots=32, max_batch=32)
 SETTINGS = FitSettings(crn=1, objective="tps_mig")
@@ -199,7 +199,7 @@ def _fake_validate(tuned_wins: bool, seen: list):
 
 def test_fit_cli_random_search_exports_its_method_and_evaluations(tmp_path, capsys,
                                                                   monkeypatch):
-    import tuner.validation as val
+    import tuner.objective.validation as val
 
     out = tmp_path / "policy.json"
     validated = []
@@ -220,7 +220,7 @@ def test_fit_cli_random_search_exports_its_method_and_evaluations(tmp_path, caps
 
 def test_fit_cli_hybrid_explores_8_unless_told(tmp_path, monkeypatch, capsys):
     """hybrid is the gradient tuner with --explore 8 by default (the fit stubbed)."""
-    import tuner.validation as val
+    import tuner.objective.validation as val
     from types import SimpleNamespace
 
     got = []

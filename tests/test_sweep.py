@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 from models import metrics, simulate
-from tuner.objectives import parse_objective
-from tuner.pareto import pareto_mask
+from tuner.objective.objectives import parse_objective
+from tuner.search.pareto import pareto_mask
 from tuner.scenario import ScenarioSpec
-from tuner.sweep import build_scenarios, main, random_points
+from tuner.search.sweep import build_scenarios, random_points
+from tuner.sweep import main
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 600  # rounded up to 608 (a multiple of the block, 16 iterations)
@@ -137,8 +138,8 @@ def test_a_goodput_sweep_runs_each_scenarios_ladder():
     the same compiled call, and a point's goodput is that of its own ladder."""
     import jax.numpy as jnp
 
-    from tuner.problem import Ladder, measure
-    from tuner.sweep import ladders, run_sweep
+    from tuner.objective.problem import Ladder, measure
+    from tuner.search.sweep import ladders, run_sweep
 
     scs = build_scenarios(ScenarioSpec(n_requests=150, n_slots=32, max_batch=32),
                           HARDWARE[:1], ["default"])

@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 
 from models import get_system, validate_params
 from tuner import evaluate as ev
-from tuner.atomic import write_json_atomic
-from tuner.objectives import parse_objective
-from tuner.policy import load_policy, make_policy
+from tuner.common.atomic import write_json_atomic
+from tuner.objective.objectives import parse_objective
+from tuner.export.policy import load_policy, make_policy
 from tuner.scenario import ScenarioSpec
-from tuner.space import Space
+from tuner.objective.space import Space
 
 SMALL = ["--n-requests", "120", "--slots", "32"]
 

@@ -9,10 +9,10 @@ import json
 import numpy as np
 import pytest
 
-import tuner.validation as val
+import tuner.objective.validation as val
 from tuner import fit as fit_cli
 from tuner.explain import render
-from tuner.policy import load_policy
+from tuner.export.policy import load_policy
 from tuner.scenario import ScenarioSpec
 
 
@@ -59,7 +59,7 @@ def test_decided_verdicts_keep_their_intervals():
 
 
 def test_policy_files_accept_every_outcome_the_verdict_gives():
-    from tuner import policy
+    from tuner.export import policy
 
     assert set(val.OUTCOMES) == set(policy.OUTCOMES)
 

@@ -1,15 +1,21 @@
-"""The tuner: workloads and traces, the length predictor, objectives, gradient fitting,
-exact-mode validation, black-box search (Optuna TPE, CMA-ES, random), sweeps and config
-export.
+"""The tuner, in layers (each imports only the ones above it in this list):
 
-Submodules are imported on demand so that light commands
-(``python -m tuner.workloads.trace``) start without loading JAX. Entry points:
-``python -m tuner.fit`` (the main job), ``tuner.evaluate``, ``tuner.sweep``,
-``tuner.workloads.trace``, ``tuner.workloads.predictor``. ``tuner.workloads`` holds what
-is simulated (traces, arrivals, presets, predictor, error model); the rest is tuning.
+- ``tuner.common``: atomic writes, result provenance;
+- ``tuner.workloads``: traces, arrivals, benchmark results, the length predictor;
+- ``tuner.scenario``: a scenario spec built into what is simulated;
+- ``tuner.objective`` and ``tuner.calibration``: objectives and their exact evaluation,
+  held-out validation and verdicts; the roofline fitted to measured runs;
+- ``tuner.search`` and ``tuner.export``: gradient fitting, black-box baselines, sweeps;
+  the policy file, vLLM arguments and the measurement kit;
+- command-line entry points, thin, on top: ``python -m tuner.fit`` (the main job),
+  ``tuner.evaluate``, ``tuner.sweep``, ``tuner.calibrate``, ``tuner.memory``,
+  ``tuner.explain``, ``tuner.bench_dataset`` (their shared flags: ``tuner.cli``), and
+  ``tuner.workloads.trace`` / ``tuner.workloads.predictor`` for workloads.
+
+``tests/test_layout.py`` checks the layering. Submodules are imported on demand, so
+light commands (``python -m tuner.workloads.trace``) start without loading JAX.
 """
 
 __all__ = [
-    "atomic", "evaluate", "fit", "fitting", "gradcheck", "objectives", "policy", "problem",
-    "scenario", "search", "space", "sweep", "workloads",
+    "calibration", "common", "export", "objective", "scenario", "search", "workloads",
 ]

@@ -33,72 +33,14 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from tuner import calibration as cal  # noqa: E402
-from tuner.atomic import plain, write_json_atomic  # noqa: E402
-from tuner.evaluate import add_scenario_args, spec_from_args  # noqa: E402
+from tuner.calibration import roofline_fit as cal  # noqa: E402
+from tuner.calibration.measured import SYSTEM, compare, measured_target, spec_for  # noqa: E402
+from tuner.common.atomic import plain, write_json_atomic  # noqa: E402
+from tuner.cli import add_scenario_args, spec_from_args  # noqa: E402
 from tuner.scenario import ScenarioSpec, build_scenario, resolve_hardware  # noqa: E402
-from tuner.workloads.bench_results import load_bench_result  # noqa: E402
 from tuner.workloads.traces import TraceError  # noqa: E402
 
 __all__ = ["main", "compare", "spec_for"]
-
-SYSTEM = "paged"  # vLLM's memory manager
-
-
-def _engine_spec(base: ScenarioSpec, engine: dict, given: set) -> ScenarioSpec:
-    """``base`` with the manifest's engine settings where the flags left them unset."""
-    over = {}
-    if "max_num_batched_tokens" in engine and "max_prefill" not in given:
-        over["max_prefill"] = int(engine["max_num_batched_tokens"])
-    if "max_num_seqs" in engine and "max_batch" not in given:
-        over["max_batch"] = int(engine["max_num_seqs"])
-        over["n_slots"] = max(base.n_slots, over["max_batch"])
-    if engine.get("enable_chunked_prefill") and "scheduler" not in given:
-        over["scheduler"] = "chunked"
-    if "tp" in engine and "tp" not in given:
-        over["tp"] = int(engine["tp"])
-    return base.replace(**over)
-
-
-def spec_for(path: str, base: ScenarioSpec, given: set):
-    """The scenario replaying measured file ``path`` and its measurements."""
-    meas = load_bench_result(path)
-    spec = _engine_spec(base.replace(trace=str(path)), meas.engine, given)
-    if "model" not in given and meas.model_id:
-        spec = spec.replace(model=meas.model_id)
-    return spec, meas
-
-
-def _target(meas, holdout: float, fit: bool) -> cal.Target:
-    n = len(meas.ttft_s)
-    fit_mask = np.arange(n) < (n - int(round(holdout * n))) if fit else np.zeros(n, bool)
-    return cal.Target(ttft_s=np.asarray(meas.ttft_s), tpot_s=meas.tpot_s,
-                      summary=dict(meas.summary), fit_mask=fit_mask)
-
-
-def _measured_metrics(meas, mask) -> dict:
-    out = cal.summarise(meas.ttft_s, meas.tpot_s if meas.tpot_s is not None
-                        else np.full(len(meas.ttft_s), np.nan), mask)
-    if meas.tpot_s is None:  # only the file's aggregates, over all requests
-        for name in ("tpot_p50_s", "tpot_p99_s"):
-            out[name] = meas.summary.get(name, float("nan")) if mask.all() else float("nan")
-    return out
-
-
-def compare(sc, meas, values: dict, mask=None) -> dict:
-    """``<metric>_measured``, ``_predicted`` and ``_rel_error`` of an exact run with the
-    roofline fields ``values`` (over the requests in ``mask``, default all)."""
-    ttft, tpot = cal.exact_latencies(sc, cal.apply(sc.hw, values), SYSTEM)
-    mask = np.ones(len(ttft), bool) if mask is None else np.asarray(mask, bool)
-    pred = cal.summarise(ttft, tpot, mask)
-    got = _measured_metrics(meas, mask)
-    out = {}
-    for k in cal.METRICS:
-        m, p = got[k], pred[k]
-        out[f"{k}_measured"] = m
-        out[f"{k}_predicted"] = p
-        out[f"{k}_rel_error"] = (p - m) / m if m and math.isfinite(m) else float("nan")
-    return out
 
 
 def _table(title: str, rows: dict) -> str:
@@ -145,7 +87,7 @@ def main(argv=None) -> int:
         if not args.no_fit and not args.out:
             raise ValueError("--out PROFILE.json is required to fit (or pass --no-fit)")
         if args.out:
-            from tuner.fit import check_out
+            from tuner.cli import check_out
 
             check_out(Path(args.out))
         names = None
@@ -172,7 +114,7 @@ def main(argv=None) -> int:
                                  f"scenario has {sc.workload.size}")
             for w in meas.warnings + tuple(sc.warnings):
                 print(f"tuner.calibrate: {path}: warning: {w}", file=sys.stderr)
-            target = _target(meas, args.holdout, fitted)
+            target = measured_target(meas, args.holdout, fitted)
             all_.append((path, sc, meas, target, fitted))
             if fitted:
                 pairs.append((sc, target))

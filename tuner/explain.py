@@ -6,7 +6,7 @@ objective; the parameters (value, unit, meaning); what they come to on this work
 simulation assumed; the equivalent vLLM engine arguments and command; where the length
 predictions came from; tuned vs default vs baseline metrics (``mean [lo, hi]`` where
 the file has confidence intervals) and the verdict. Sections the file lacks are skipped.
-``--json`` prints the deployment section (from :func:`tuner.deployment.describe`) as
+``--json`` prints the deployment section (from :func:`tuner.export.deployment.describe`) as
 JSON; ``--derive`` computes it from the policy's scenario when the file has none (this
 builds the scenario, so it needs the trace). A bad file prints one ``error: ...`` line
 and exits 2.
@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from tuner.policy import load_policy
+from tuner.export.policy import load_policy
 
 __all__ = ["main", "render"]
 
@@ -226,7 +226,7 @@ def render(doc: dict) -> str:
 
 
 def _derive(doc: dict) -> dict:
-    from tuner.deployment import describe
+    from tuner.export.deployment import describe
     from tuner.scenario import ScenarioSpec, build_scenario
 
     sc = build_scenario(ScenarioSpec.from_dict(doc["scenario"]))

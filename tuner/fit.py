@@ -3,13 +3,13 @@
 ``--method`` picks the tuner: ``gradient`` (default) for many interacting parameters;
 ``hybrid`` (the gradient tuner started from the best of ``--explore`` 8 random exact
 samples) when the start point may sit on a plateau; ``tpe``, ``cmaes`` or ``random``
-(black-box search, ``--evals`` exact evaluations, ``tuner.search``) for a handful of
+(black-box search, ``--evals`` exact evaluations, ``tuner.search.blackbox``) for a handful of
 parameters or a flat or jagged exact objective.
 
 The slice of the trace (default: all of it) is split into ``2 * --windows`` windows
 spread over it: the fit trains on every other one, then validates tuned, default and
 every baseline of the system in exact mode on the windows in between under held-out
-seeds, and on the whole slice. The default objective is goodput (``tuner.capacity``), or the
+seeds, and on the whole slice. The default objective is goodput (``tuner.objective.capacity``), or the
 family's own ``default_objective`` (the dropping family: p99 TTFT under a TPOT SLO).
 The policy file is written only when no baseline and not the default is better on
 held-out data (exit 3 otherwise, nothing written; ``--export-anyway`` writes it and
@@ -29,17 +29,16 @@ if __name__ == "__main__":  # progress from the first second: the imports take ~
 
 import argparse  # noqa: E402
 import io  # noqa: E402
-import math  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from tqdm import tqdm  # noqa: E402
 
-from tuner.atomic import unwritable_reason, write_json_atomic, write_text_atomic  # noqa: E402,E501
-from tuner.evaluate import add_scenario_args, spec_from_args  # noqa: E402
-from tuner.fitting import AUTO_COORDS, CHECKS, FitSettings, fit  # noqa: E402
-from tuner.problem import FD_SCHEMES  # noqa: E402
-from tuner.search import SEARCH_METHODS, check_method, search_fit  # noqa: E402
+from tuner.cli import add_scenario_args, check_file, check_out, spec_from_args  # noqa: E402
+from tuner.common.atomic import write_json_atomic, write_text_atomic  # noqa: E402
+from tuner.search.fitting import AUTO_COORDS, CHECKS, FitSettings, fit  # noqa: E402
+from tuner.objective.problem import FD_SCHEMES  # noqa: E402
+from tuner.search.blackbox import SEARCH_METHODS, check_method, search_fit  # noqa: E402
 
 __all__ = ["METHODS", "EXIT_CODES", "main", "check_out"]
 
@@ -108,34 +107,6 @@ def _args(argv):
     return ap.parse_args(argv)
 
 
-def check_file(path: Path, flag: str = "--out") -> None:
-    """Raise ValueError unless ``path`` can be written as a file later: not a
-    directory, and its folder exists and is writable or can be created. Creates
-    nothing (the folder is made when the file is written)."""
-    path = Path(path)
-    if path.is_dir():
-        name = "fit.log" if flag == "--log" else "policy.json"
-        raise ValueError(f"{flag} {path}: is a directory; give a file path such as "
-                         f"{path / name}")
-    parent = path.parent if str(path.parent) else Path(".")
-    for up in (parent, *parent.parents):
-        if up.exists() and not up.is_dir():
-            raise ValueError(f"{flag} {path}: {up} is not a directory")
-    why = unwritable_reason(parent)
-    if why:
-        raise ValueError(f"{flag} {path}: directory {parent} {why}")
-
-
-def check_out(out: Path) -> Path:
-    """The checkpoint path of ``out``, after checking that both can be written (nothing
-    is created: the folder of ``out`` is made when a file is first written there)."""
-    check_file(out)
-    ckpt = out.with_name(out.name + ".ckpt")
-    if ckpt.is_dir():
-        raise ValueError(f"checkpoint path {ckpt} is a directory")
-    return ckpt
-
-
 class _Tee(io.TextIOBase):
     """A text stream that writes to ``stream`` and keeps a copy (for ``--log``)."""
 
@@ -160,7 +131,7 @@ def _log_text(prov: dict, captured: str) -> str:
     """The log file: the provenance line, then what was printed (a progress bar's
     carriage-return redraws collapsed to their last state)."""
     lines = [ln.rsplit("\r", 1)[-1] for ln in captured.split("\n")]
-    from tuner.provenance import stamp_text
+    from tuner.common.provenance import stamp_text
 
     return stamp_text(prov) + "\n" + "\n".join(ln for ln in lines if ln.strip()) + "\n"
 
@@ -205,7 +176,7 @@ def main(argv=None) -> int:
         sys.stdout, sys.stderr = old
     if state.get("started"):  # the checks passed and the work ran: its log
         if not prov:
-            from tuner.provenance import provenance
+            from tuner.common.provenance import provenance
             prov.update(provenance(_command(argv)))
         write_text_atomic(args.log, _log_text(prov, copy.getvalue()))
         print(f"wrote {args.log}", file=sys.stderr)
@@ -241,17 +212,17 @@ def _main(args, t0: float, provenance_out: dict | None = None,
         if args.explore is None:
             args.explore = HYBRID_EXPLORE if args.method == "hybrid" else d.explore
         ckpt = check_out(out)
-        from tuner.deployment import _stem
-        from tuner.bench_dataset import FORMATS as DATASET_FORMATS
+        from tuner.export.deployment import _stem
+        from tuner.export.bench_dataset import FORMATS as DATASET_FORMATS
 
         check_file(out.with_name(_stem(out) + DATASET_FORMATS["custom"].suffix),
                    f"--out {out}: the dataset file beside it,")
         if args.budget < 1:
             raise ValueError("--budget must be >= 1")
         from models import get_system
-        from tuner.objectives import parse_objective
+        from tuner.objective.objectives import parse_objective
         from tuner.scenario import ScenarioSpec, build_scenario
-        from tuner.validation import plan_windows
+        from tuner.objective.validation import plan_windows
 
         base = spec_from_args(args, ScenarioSpec())
         if args.objective in (None, "default"):  # the family's own default, if any
@@ -261,14 +232,8 @@ def _main(args, t0: float, provenance_out: dict | None = None,
         win = plan_windows(base, args.windows, args.window_requests)
         # the SLOs of the whole slice hold for every window and held-out seed
         whole = build_scenario(win.whole)
-        if not math.isfinite(whole.nominal_rps) and parse_objective(
-                args.objective).capacity:
-            raise ValueError(
-                f"trace {base.trace}: all {whole.summary['requests']} requests of the "
-                f"slice arrive at t = 0, so there is no time pattern for the rate "
-                f"ladder of objective {parse_objective(args.objective).spec!r}: pass "
-                "--rate R (Poisson arrivals at R req/s) or an objective without one "
-                "(e.g. --objective tps)")
+        if parse_objective(args.objective).capacity:
+            whole.check_rate_ladder(parse_objective(args.objective).spec)
         for w in whole.warnings:
             warn(w)
         slo = whole.slo
@@ -320,7 +285,7 @@ def _main(args, t0: float, provenance_out: dict | None = None,
             res = fit(list(win.train), st, checkpoint=ckpt, resume=args.resume, log=log,
                       progress=progress, listeners=[count], warn=warn)
         bar.close()
-        from tuner.validation import validate, verdict
+        from tuner.objective.validation import validate, verdict
 
         baselines = tuple(get_system(args.system).baselines)
         policies = {"tuned": (args.system, res.params),
@@ -346,11 +311,11 @@ def _main(args, t0: float, provenance_out: dict | None = None,
     print(f"verdict ({ver['outcome']}): {ver['sentence']}")
     if ver["outcome"] in EXIT_CODES and not args.export_anyway:
         return EXIT_CODES[ver["outcome"]]
-    from tuner.deployment import describe, write_measure_kit
-    from tuner.policy import make_policy
+    from tuner.export.deployment import describe, write_measure_kit
+    from tuner.export.policy import make_policy
 
     sc = build_scenario(win.whole)  # its SLOs pinned: the scenario the policy names
-    from tuner.provenance import provenance
+    from tuner.common.provenance import provenance
 
     prov = provenance(_command(argv))
     if provenance_out is not None:

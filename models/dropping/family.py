@@ -69,7 +69,7 @@ def fit_cost_model(hw, k: int = 2):
 
 class _Dropping:
     name = "dropping"
-    default_objective = "ttft_tail"  # tuner.objectives preset: p99 TTFT under a TPOT SLO
+    default_objective = "ttft_tail"  # tuner.objective.objectives preset: p99 TTFT under a TPOT SLO
     metrics_spec = {
         **CORE_METRICS,
         "inv_ttft_p99": Metric("1/s", "1 / ttft_p99_s (higher is better: objectives "

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tuner.workloads.traces import Trace, concat
+from tuner.workloads.trace_data import Trace, concat
 
 __all__ = ["drift", "gamma", "poisson", "replay"]
 

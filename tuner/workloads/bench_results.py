@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from tuner.workloads.arrivals import gamma
-from tuner.workloads.traces import Trace, TraceError, _read_jsonl
+from tuner.workloads.trace_data import Trace, TraceError, read_jsonl
 
 __all__ = ["Measured", "is_bench_result", "load_bench_result", "parse_bench_result"]
 
@@ -226,7 +226,7 @@ def _pick_record(p: Path, text: str):
     if doc is not None:
         raise TraceError(p, "-", "<file>", f"expected a JSON object (a benchmark "
                          f"result), got a JSON {type(doc).__name__}")
-    recs, lines = _read_jsonl(p, text)
+    recs, lines = read_jsonl(p, text)
     if not recs:
         raise TraceError(p, 1, "<file>", "empty file")
     detailed = [i for i, r in enumerate(recs) if isinstance(r.get("input_lens"), list)]

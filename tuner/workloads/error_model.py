@@ -7,25 +7,22 @@ together keeps both regression to the mean (short requests over-predicted, long 
 under-predicted) and the way u tracks the size of the error.
 
 ``tuner/workloads/data/error_model.json`` is derived from the data and a trained predictor:
-``python -m tuner.workloads.error_model fit --data DIR --out tuner/workloads/data/error_model.json``.
+``python -m tuner.workloads.predictor error-model --data DIR --out tuner/workloads/data/error_model.json``.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
-from tuner.atomic import write_text_atomic
-from tuner.workloads.features import DataError, load_castillo, tokenize
+from tuner.workloads.features import load_castillo, tokenize
 
 __all__ = [
     "DEFAULT_PATH", "ErrorModel", "class_quantile_table", "fit_error_model",
-    "length_class", "load_default_error_model", "main", "mixture_quantile",
+    "length_class", "load_default_error_model", "mixture_quantile",
     "predict_lengths", "rank_calibrate", "score", "soft_labels", "spearman",
 ]
 
@@ -228,30 +225,3 @@ def predict_lengths(trace_like, output_tokens, *, seed: int, predictor=None,
     l_hat, u = model.sample(output_tokens, seed)
     return l_hat, u, "error-model"
 
-
-def main(argv=None) -> int:
-    """``fit --data DIR --out FILE [--model FILE] [--seed S]``: write the JSON."""
-    from tuner.workloads import predictor as pr
-
-    ap = argparse.ArgumentParser(prog="python -m tuner.workloads.error_model")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    f = sub.add_parser("fit")
-    f.add_argument("--data", required=True)
-    f.add_argument("--out", required=True)
-    f.add_argument("--model")
-    f.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    try:
-        model = (pr.load(args.model) if args.model
-                 else pr.train(args.data, seed=args.seed))
-        text = fit_error_model(model, args.data, seed=args.seed).to_json()
-        write_text_atomic(args.out, text)
-    except (DataError, pr.ModelFileError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"wrote {args.out} ({len(text)} bytes)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

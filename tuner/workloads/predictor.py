@@ -20,7 +20,7 @@ import numpy as np
 import optax
 from flax import serialization
 
-from tuner.atomic import write_bytes_atomic
+from tuner.common.atomic import write_bytes_atomic, write_text_atomic
 from tuner.workloads import error_model as em
 from tuner.workloads.features import DataError, FeatureConfig, featurize, load_castillo
 
@@ -224,6 +224,12 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train", help="train on DIR/*-validate.jsonl, write FILE")
     e = sub.add_parser("evaluate", help="score FILE on DIR/*-test.jsonl")
+    m = sub.add_parser("error-model", help="fit the error model (what the simulator "
+                       "draws predictions from) on DIR, write its JSON to FILE")
+    m.add_argument("--data", required=True)
+    m.add_argument("--out", required=True)
+    m.add_argument("--model", help="a trained predictor (default: train one on DIR)")
+    m.add_argument("--seed", type=int, default=0)
     for p, names in ((t, ("--data", "--out")), (e, ("--model", "--data"))):
         for name in names:
             p.add_argument(name, required=True)
@@ -240,6 +246,11 @@ def main(argv=None) -> int:
             pred.save(args.out)
             print(f"wrote {args.out}: {pred.info['n_prompts']} prompts, quantile "
                   f"{pred.quantile}, {pred.info['train_seconds']} s")
+        elif args.cmd == "error-model":
+            model = load(args.model) if args.model else train(args.data, seed=args.seed)
+            text = em.fit_error_model(model, args.data, seed=args.seed).to_json()
+            write_text_atomic(args.out, text)
+            print(f"wrote {args.out} ({len(text)} bytes)")
         else:
             res = evaluate(load(args.model), args.data, args.split)
             print(json.dumps(res, indent=2) if args.json else _summary(res))

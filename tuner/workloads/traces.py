@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+
+from tuner.workloads import bench_results
+from tuner.workloads.trace_data import Trace, TraceError, concat, read_jsonl
 
 __all__ = ["Trace", "TraceError", "concat", "load_trace", "summary", "to_workload"]
 
@@ -27,57 +28,6 @@ _FORMATS = {  # format -> (arrival field or None, prompt field, output field)
     "mooncake": ("timestamp", "input_length", "output_length"),  # JSONL, ms
     "castillo": (None, "input_size", "output_sizes"),  # JSONL (+ prompt_text); or a
 }  # directory / glob of CASTILLO files. output_sizes holds K sampled generations.
-_TEXT = ("prompt_text", "dataset")
-
-
-class TraceError(ValueError):
-    """A bad trace file: ``<file>: line <n>: field '<name>': <problem>``."""
-
-    def __init__(self, path, line, field: str, problem: str):
-        self.path, self.line, self.field = str(path), line, field
-        super().__init__(f"{self.path}: line {line}: field {field!r}: {problem}")
-
-
-@dataclass(frozen=True, eq=False)
-class Trace:
-    """N requests, sorted by arrival when there are arrival times. Read-only arrays."""
-
-    arrival_s: np.ndarray | None  # [N] float64 s from the first arrival, or None
-    prompt_tokens: np.ndarray  # [N] int64 >= 1
-    output_tokens: np.ndarray  # [N] int64 >= 1, realised output length
-    prompt_text: tuple[str, ...] | None = None  # [N] prompt texts (CASTILLO)
-    dataset: tuple[str, ...] | None = None  # [N] dataset label per request
-    output_samples: np.ndarray | None = None  # [N, K] int64 sampled output lengths
-    source: str = ""  # path (or description) of the data
-    format: str = "plain"  # one of the formats above, 'default', 'drift' or '*-bench'
-    notes: tuple[str, ...] = ()  # what the loader changed or assumed, for the user
-
-    def __post_init__(self):
-        n = len(self.prompt_tokens)
-        for name, value in self._rows().items():
-            if name in _TEXT:
-                value = tuple(value)
-            else:
-                value = np.array(value, np.float64 if name == "arrival_s" else np.int64)
-                value.setflags(write=False)
-            if len(value) != n:
-                raise ValueError(f"Trace field {name!r}: {len(value)} rows, not {n}")
-            object.__setattr__(self, name, value)
-        object.__setattr__(self, "notes", tuple(self.notes))
-
-    def _rows(self) -> dict:  # the per-request fields that are present
-        return {k: v for k, v in vars(self).items()
-                if v is not None and k not in ("source", "format", "notes")}
-
-    def __len__(self) -> int:
-        return len(self.prompt_tokens)
-
-    def take(self, idx) -> Trace:
-        """Rows ``idx`` in that order (give sorted ``idx`` to keep arrivals sorted)."""
-        idx = np.asarray(idx, dtype=np.int64)
-        return replace(self, **{
-            k: tuple(v[i] for i in idx) if k in _TEXT else v[idx]
-            for k, v in self._rows().items()})
 
 
 def load_trace(path, *, sample: int = 0, pattern: str = "*.jsonl") -> Trace:
@@ -97,7 +47,6 @@ def load_trace(path, *, sample: int = 0, pattern: str = "*.jsonl") -> Trace:
         text = p.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as e:  # e.g. missing file, not UTF-8 text
         raise TraceError(p, "-", "<file>", getattr(e, "strerror", 0) or str(e))
-    from tuner.workloads import bench_results  # it imports this module
 
     if bench_results.is_bench_result(text):
         return bench_results.parse_bench_result(p, text).trace
@@ -145,7 +94,7 @@ def _castillo(p: Path, recs, lines, prompt, sample: int) -> Trace:
 def _records(p: Path, text: str):
     """(format, data records as dicts, their 1-based line numbers in the file)."""
     jsonl = text.lstrip()[:1] == "{"
-    recs, lines = (_read_jsonl if jsonl else _read_csv)(p, text)
+    recs, lines = (read_jsonl if jsonl else _read_csv)(p, text)
     if not recs:
         raise TraceError(p, 1, "<file>", "empty file: no header and no data rows")
     head, line = recs[0], lines[0]  # a CSV header maps each name to itself
@@ -174,19 +123,6 @@ def _read_csv(p: Path, text: str):
     except csv.Error as e:  # e.g. a field over the csv module's size limit
         raise TraceError(p, reader.line_num, "<record>", f"bad CSV ({e})") from None
     return rows, lines
-
-
-def _read_jsonl(p: Path, text: str):
-    recs, lines = [], [ln for ln, r in enumerate(text.splitlines(), 1) if r.strip()]
-    for ln, raw in zip(lines, filter(str.strip, text.splitlines())):
-        try:
-            recs.append(json.loads(raw))
-        except json.JSONDecodeError as e:
-            raise TraceError(p, ln, "<record>", f"invalid JSON ({e.msg}, column "
-                             f"{e.colno})") from None
-        if not isinstance(recs[-1], dict):
-            raise TraceError(p, ln, "<record>", "expected a JSON object per line")
-    return recs, lines
 
 
 def _column(values, lines, p: Path, field: str, kind: str) -> np.ndarray:
@@ -222,17 +158,6 @@ def _parse(values, dtype) -> np.ndarray | None:  # None where numpy cannot
     except (ValueError, TypeError):
         return None
     return x if x.ndim == 1 and not any(v is None for v in values) else None
-
-
-def concat(traces, *, source: str, format: str) -> Trace:
-    """Stack the rows of ``traces``, keeping the per-request fields all of them have
-    except arrival times (each trace starts at zero: stacking them means nothing), and
-    each distinct note."""
-    keys = set.intersection(*(set(t._rows()) for t in traces)) - {"arrival_s"}
-    notes = tuple(dict.fromkeys(n for t in traces for n in t.notes))
-    return Trace(None, **{k: sum((getattr(t, k) for t in traces), ()) if k in _TEXT
-                          else np.concatenate([getattr(t, k) for t in traces])
-                          for k in keys}, source=source, format=format, notes=notes)
 
 
 def summary(trace: Trace) -> dict:

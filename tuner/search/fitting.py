@@ -36,13 +36,13 @@ import optax
 from flax import serialization
 
 from models import get_system, validate_params
-from tuner.atomic import write_bytes_atomic
-from tuner.evaluate import evaluate
-from tuner.gradcheck import VANISHING_RATIO, check, check_directions
-from tuner.problem import FD_SCHEMES, Problem, plan_ladder
-from tuner.objectives import parse_objective
+from tuner.common.atomic import write_bytes_atomic
+from tuner.objective.evaluate import evaluate
+from tuner.search.gradcheck import VANISHING_RATIO, check, check_directions
+from tuner.objective.problem import FD_SCHEMES, Problem, plan_ladder
+from tuner.objective.objectives import parse_objective
 from tuner.scenario import ScenarioSpec, build_scenario
-from tuner.space import Space
+from tuner.objective.space import Space
 
 __all__ = ["AUTO_COORDS", "CHECKS", "FitSettings", "FitResult", "build_problem", "fit", "overload"]
 
@@ -191,7 +191,7 @@ def _direction_checks(prob: Problem, space: Space, theta, st: FitSettings, log) 
 
 def _floor(agree: dict, temperatures) -> float:
     """The coldest temperature whose gradient is usable (``agree`` or ``flat`` by
-    :func:`tuner.gradcheck.classify`; ``vanishing`` and ``disagree`` are not) on at
+    :func:`tuner.search.gradcheck.classify`; ``vanishing`` and ``disagree`` are not) on at
     least half of the checks (else the most usable one): the anneal stops where the
     surrogate still points the way the exact objective moves."""
     n_ok = {t: sum(c.usable for c in agree[t]) for t in temperatures}
@@ -201,7 +201,7 @@ def _floor(agree: dict, temperatures) -> float:
 
 def _initial_checks(prob: Problem, space: Space, theta, st: FitSettings, log) -> dict:
     """Gradient checks at the start point: the temperature floor and per-coordinate
-    estimators (see the module docstring of :mod:`tuner.gradcheck`)."""
+    estimators (see the module docstring of :mod:`tuner.search.gradcheck`)."""
     n = len(space.coords())
     if st.checks == "directions" or (st.checks == "auto" and n > AUTO_COORDS):
         return _direction_checks(prob, space, theta, st, log)
@@ -302,7 +302,7 @@ def finite_window(sc, cap: dict) -> str:
 
 
 def _verdict(c) -> str:
-    """A gradient check in one word (:func:`tuner.gradcheck.classify`): flat, agree,
+    """A gradient check in one word (:func:`tuner.search.gradcheck.classify`): flat, agree,
     VANISHING or DISAGREE (the last two in capitals: the fit will not trust them)."""
     return c.status if c.usable else c.status.upper()
 

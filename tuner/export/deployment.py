@@ -23,8 +23,8 @@ import numpy as np
 
 import hardware
 from models import deployment_values, get_system, validate_params
-from tuner import bench_dataset as bd
-from tuner.atomic import plain
+from tuner.export import bench_dataset as bd
+from tuner.common.atomic import plain
 from tuner.scenario import PREDICTOR_CACHE, Scenario
 
 __all__ = ["FORMAT", "describe", "measure", "vllm_args", "write_measure_kit"]
@@ -227,7 +227,7 @@ def measure(sc: Scenario, policy_path=None, *, host: str = "127.0.0.1",
         "bench": bench("custom"),
         "dataset": {"format": "custom", "file": stem + bd.FORMATS["custom"].suffix,
                     "requests": n, "requires": bd.FORMATS["custom"].requires,
-                    "written_by": "tuner.deployment.write_measure_kit, or python -m "
+                    "written_by": "tuner.export.deployment.write_measure_kit, or python -m "
                                   "tuner.bench_dataset POLICY.json"},
         "result_file": result,
         "calibrate": calibrate,

@@ -1,5 +1,5 @@
 """Exported policy configs: versioned JSON (written with
-:func:`tuner.atomic.write_json_atomic`), loaded strictly."""
+:func:`tuner.common.atomic.write_json_atomic`), loaded strictly."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from importlib import metadata
 from pathlib import Path
 
 from models import get_system, validate_params
-from tuner.atomic import plain
+from tuner.common.atomic import plain
 from tuner.scenario import ScenarioSpec, check_spec
 
 __all__ = ["SCHEMA", "make_policy", "load_policy", "package_version"]
@@ -19,9 +19,9 @@ SCHEMA = "kvtune.policy/1"
 KEYS = ("schema", "system", "hardware", "model", "params", "metrics", "objective",
         "scenario", "workload", "tuner", "version", "seed", "created")
 # may be missing (files written before them lack them): "provenance" is
-# tuner.provenance.provenance()'s record, "wall_s" the fit's wall time in seconds
+# tuner.common.provenance.provenance()'s record, "wall_s" the fit's wall time in seconds
 OPTIONAL_KEYS = ("slo", "deployment", "verdict", "provenance", "wall_s")
-# the verdict outcomes a file may record (tuner.validation.verdict; "undetermined" when
+# the verdict outcomes a file may record (tuner.objective.validation.verdict; "undetermined" when
 # the held-out comparison cannot decide)
 OUTCOMES = ("win", "tie", "loss", "undetermined")
 METRIC_SETS = ("tuned", "default", "baseline")
@@ -39,7 +39,7 @@ def make_policy(*, system, params, scenario: ScenarioSpec, workload: dict, metri
                 deployment: dict | None = None, verdict: dict | None = None,
                 provenance: dict | None = None, wall_s: float | None = None) -> dict:
     """Assemble the policy document (parameters in human units; the SLOs it was tuned
-    for, deployment values an engineer applies (``tuner.deployment.describe``) and the
+    for, deployment values an engineer applies (``tuner.export.deployment.describe``) and the
     verdict of the validation, when given)."""
     missing = [k for k in METRIC_SETS if k not in metrics]
     if missing:
@@ -79,7 +79,7 @@ def load_policy(path) -> dict:
     except ValueError as e:
         raise ValueError(f"{path}: field 'system': {e}") from None
     try:
-        from tuner.objectives import parse_objective
+        from tuner.objective.objectives import parse_objective
 
         parse_objective(doc["objective"]).check_metrics(doc["system"])
     except ValueError as e:

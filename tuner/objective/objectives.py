@@ -8,7 +8,7 @@ An objective is written as a spec string: a goal, then constraints, comma-separa
 
 The goal is a weighted sum of metrics: any metric a registered family declares
 (``models.metric_specs``; every family reports ``completed`` and ``unserved``) or a
-capacity metric (``tuner.capacity``: goodput, saturation throughput, computed over a
+capacity metric (``tuner.objective.capacity``: goodput, saturation throughput, computed over a
 ladder of arrival rates). Every value is multiplied by the share of requests served (an
 unserved request is a failure, not a saving; not for capacity objectives, which count it
 already) and by ``exp(-v / scale)`` for each
@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 import jax.numpy as jnp
 
-from tuner.capacity import CAPACITY_METRICS
+from tuner.objective.capacity import CAPACITY_METRICS
 
 __all__ = ["Objective", "parse_objective", "DEFAULT_OBJECTIVE", "PRESETS", "metric_names",
            "is_share", "metric_spec"]
@@ -53,7 +53,7 @@ PRESETS = {
 
 def metric_names(system: str | None = None) -> list[str]:
     """Metrics an objective may name: those ``system``'s family declares, or (None)
-    those of any registered family, plus the capacity metrics (``tuner.capacity``)."""
+    those of any registered family, plus the capacity metrics (``tuner.objective.capacity``)."""
     from models import metric_specs
 
     return sorted(set(metric_specs(system)) | set(CAPACITY_METRICS))

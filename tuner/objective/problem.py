@@ -3,7 +3,7 @@
 ``Problem`` compiles, for one system on a stack of common-random-number (CRN) scenarios
 of equal shape, (a) the relaxed objective and its gradient in theta space and (b) a
 vmapped batch of objective values for many thetas (exact mode for finite differences).
-Gradients are of the log objective (:meth:`tuner.objectives.Objective.log_value`): it has
+Gradients are of the log objective (:meth:`tuner.objective.objectives.Objective.log_value`): it has
 the same maximisers and stays informative where constraint penalties make the objective
 itself underflow. Each jitted entry point traces once per (system, static settings,
 shapes): ``models.trace_guard`` checks it.
@@ -21,10 +21,10 @@ import numpy as np
 
 from models import Inputs, metrics, simulate
 from models.simulate import note_trace
-from tuner.capacity import ladder_metrics
-from tuner.objectives import Objective
+from tuner.objective.capacity import ladder_metrics
+from tuner.objective.objectives import Objective
 from tuner.scenario import Scenario
-from tuner.space import Space
+from tuner.objective.space import Space
 
 __all__ = ["AROUND", "FD_SCHEMES", "Ladder", "Problem", "check_stackable", "measure",
            "plan_ladder", "stack_inputs"]
@@ -71,7 +71,7 @@ class Ladder(NamedTuple):
 
 def measure(params, x: Inputs, hw, t, lad: Ladder, *, opts, n_steps, objective) -> dict:
     """Metrics of one scenario in a fixed horizon of ``n_steps`` iterations: a capacity
-    objective runs the rate ladder (:func:`tuner.capacity.ladder_metrics`, one vmapped
+    objective runs the rate ladder (:func:`tuner.objective.capacity.ladder_metrics`, one vmapped
     call), any other objective one run at the scenario's own arrival times."""
     def sim(xi):
         st, _ = simulate(xi, hw, params, t, opts, n_steps)
@@ -85,7 +85,7 @@ def measure(params, x: Inputs, hw, t, lad: Ladder, *, opts, n_steps, objective) 
 def plan_ladder(scenarios: list[Scenario], system: str, params: dict,
                 around=AROUND) -> tuple[np.ndarray, int, list[dict]]:
     """Rungs and horizon of a capacity objective, from exact runs of ``params``: each
-    scenario's exact goodput ``g`` (:func:`tuner.evaluate.evaluate`); rungs geometric
+    scenario's exact goodput ``g`` (:func:`tuner.objective.evaluate.evaluate`); rungs geometric
     from ``around[0] * min g`` to ``around[1] * max g`` (``around[2]`` of them), shared
     by the scenarios, or, when the goodputs lie too far apart for one row to bracket
     each of them (a fleet of devices), one row ``around[0] * g .. around[1] * g`` per
@@ -94,7 +94,7 @@ def plan_ladder(scenarios: list[Scenario], system: str, params: dict,
     ``HORIZON_CAP`` x its saturation run's (lower rungs are cut short and judged on
     the requests already due, see ``models.outcomes``).
     Returns (rates, n_steps, each scenario's exact capacity metrics)."""
-    from tuner.evaluate import evaluate
+    from tuner.objective.evaluate import evaluate
 
     caps = [evaluate(sc, system, params, objective="goodput_rps") for sc in scenarios]
     g = np.array([c["goodput_rps"] for c in caps])
@@ -179,7 +179,7 @@ class Problem:
         objective.check_metrics(system)
         if objective.capacity and rates is None:
             raise ValueError(f"objective {objective.spec!r} needs a rate ladder "
-                             "(tuner.problem.plan_ladder)")
+                             "(tuner.objective.problem.plan_ladder)")
         # a ladder of K rungs runs K + 1 simulations (the saturation rung) per scenario
         self.n_rungs = np.shape(rates)[-1] + 1 if objective.capacity else 1
         self.rates = None if rates is None else np.asarray(rates, np.float32)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tuner.atomic import plain, write_bytes_atomic
+from tuner.common.atomic import plain, write_bytes_atomic
 
 __all__ = ["FRONTS", "TABLE_METRICS", "fronts", "human", "mark_pareto", "pareto_mask",
            "plot_pareto", "summary_line", "to_csv", "to_markdown", "write_outputs"]
@@ -196,7 +196,7 @@ def write_outputs(out_dir, rows: list[dict], meta: dict,
                   provenance: dict | None = None) -> list[Path]:
     """Write sweep.json, sweep.csv, sweep.md, pareto.png: all four are rendered to bytes
     first, so a failure while rendering writes nothing; then each is written
-    atomically. ``provenance`` (``tuner.provenance.provenance()``) goes into
+    atomically. ``provenance`` (``tuner.common.provenance.provenance()``) goes into
     sweep.json's top level."""
     out = Path(out_dir)
     prov = {} if provenance is None else {"provenance": provenance}

@@ -19,7 +19,7 @@ from pathlib import Path
 __all__ = ["ROOT", "source_files", "fingerprint", "git_commit", "provenance", "changed",
            "stamp_text"]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _ALWAYS = ("hardware", "models", "tuner/workloads/data")
 _LOADED = ("tuner", "experiments")
 _SKIP_PARTS = {"__pycache__"}

@@ -1,8 +1,8 @@
 """Black-box search of a tuning problem: Optuna TPE, CMA-ES and uniform random search.
 
-The methods search the gradient tuner's own unconstrained space (:class:`tuner.space.
+The methods search the gradient tuner's own unconstrained space (:class:`tuner.objective.space.
 Space`) restricted to the box ``[-box, box]`` per coordinate, and score every point by
-the exact objective of the same :class:`tuner.problem.Problem` the gradient tuner trains
+the exact objective of the same :class:`tuner.objective.problem.Problem` the gradient tuner trains
 on: every evaluation goes through ``Problem.value`` / ``Problem.batch`` at ``t = 0``, so
 the problem's ``listeners`` see it and ``Problem.cost`` is charged for it.
 
@@ -19,7 +19,7 @@ single-point function already compiled for the start point (``Problem.batch`` co
 once per batch size): no evaluation is padded, repeated or left uncharged, and no second
 batch size is compiled. A CMA-ES generation cut short is not told.
 
-When to use which: the gradient tuner (``tuner.fitting.fit``) for many interacting
+When to use which: the gradient tuner (``tuner.search.fitting.fit``) for many interacting
 parameters; these methods for a handful of parameters, or where the exact objective is
 flat or jagged enough that relaxed gradients and finite differences mislead.
 """
@@ -33,9 +33,9 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 import numpy as np
 
-from tuner.fitting import FitResult, FitSettings, build_problem
-from tuner.problem import Problem
-from tuner.space import Space
+from tuner.search.fitting import FitResult, FitSettings, build_problem
+from tuner.objective.problem import Problem
+from tuner.objective.space import Space
 
 __all__ = ["SEARCH_METHODS", "Flat", "SearchResult", "check_method", "search",
            "search_fit"]
@@ -249,10 +249,10 @@ def search_fit(spec, st: FitSettings, method: str, evals: int, *, log=print,
                batch: int | None = None, sigma0: float = 1.0,
                tpe_batch: int = 1) -> FitResult:
     """Tune ``st.system`` on ``spec`` (the training slice) by black-box search: the
-    problem is built as :func:`tuner.fitting.fit` builds it (``st.crn`` seeds,
+    problem is built as :func:`tuner.search.fitting.fit` builds it (``st.crn`` seeds,
     ``st.margin``, ``st.start``, ``st.objective``), searched with ``method`` in the box
     ``st.box`` from seed ``st.seed`` for ``evals`` exact evaluations, and returned as a
-    :class:`tuner.fitting.FitResult` (no estimators or temperature floor; ``history``
+    :class:`tuner.search.fitting.FitResult` (no estimators or temperature floor; ``history``
     has one record per exact evaluation, ``steps`` is ``evals``), so that the CLI's
     validation and export treat it as a fit. ``listeners`` receive ``(cost, theta,
     value)`` for every exact evaluation."""

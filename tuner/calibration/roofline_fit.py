@@ -38,6 +38,7 @@ import optax
 from flax import struct
 
 import hardware
+from hardware.profile import PROFILE_FIELDS, PROFILE_FORMAT, load_profile, profile_values
 from models import get_system, simulate, simulate_until_done, validate_params
 from models.family import family_of
 
@@ -46,7 +47,6 @@ __all__ = ["PARAMS", "DEFAULT_FIT", "METRICS", "PROFILE_FORMAT", "Target", "Sche
            "latencies", "load_profile", "loss_terms", "profile_values", "schedule",
            "summarise"]
 
-PROFILE_FORMAT = "kvtune.device-profile/1"
 
 # name -> (low, high, meaning); bounds of the search box (log space)
 PARAMS = {
@@ -58,6 +58,8 @@ PARAMS = {
     "request_overhead_s": (1e-5, 0.5, "client-seen seconds outside the engine loop, "
                                       "added to each TTFT"),
 }
+# a device profile (hardware.profile) sets exactly the fields fitted here
+assert tuple(PARAMS) == PROFILE_FIELDS
 # fitted by default; tp_comm_eff only with tensor parallelism (at tp 1 it has no effect)
 DEFAULT_FIT = ("mfu", "bw_eff", "step_overhead_s", "token_overhead_s",
                "request_overhead_s")
@@ -492,42 +494,6 @@ def fit_cma(pairs, *, system: str = "paged", fit_names=None, budget: int = 200,
     return FitResult(params=final, fitted=names, loss=best, loss_start=loss0, rounds=[],
                      exact_runs=runs, gradient_steps=0,
                      seconds=time.perf_counter() - t0, history=history)
-
-
-def profile_values(profile: dict) -> dict:
-    """The roofline fields of a device profile (``tuner.calibrate --out``)."""
-    return {k: float(v) for k, v in profile["params"].items()}
-
-
-def load_profile(path) -> dict:
-    """A device profile written by ``tuner.calibrate``; ValueError naming the file and
-    field on anything else."""
-    import json
-    from pathlib import Path
-
-    p = Path(path)
-    try:
-        d = json.loads(p.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{p}: not a readable device profile ({e})") from None
-    if not isinstance(d, dict) or d.get("format") != PROFILE_FORMAT:
-        raise ValueError(f"{p}: field 'format': want {PROFILE_FORMAT!r}, got "
-                         f"{d.get('format') if isinstance(d, dict) else type(d).__name__!r}")
-    for key in ("device", "params"):
-        if key not in d:
-            raise ValueError(f"{p}: field {key!r} is missing")
-    hardware.get_device(d["device"])  # unknown device: the registry's error
-    params = d["params"]
-    if not isinstance(params, dict):
-        raise ValueError(f"{p}: field 'params' must be an object")
-    for k, v in params.items():
-        if k not in PARAMS:
-            raise ValueError(f"{p}: field 'params.{k}': unknown (known: "
-                             f"{', '.join(PARAMS)})")
-        if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"{p}: field 'params.{k}': want a finite number >= 0, "
-                             f"got {v!r}")
-    return d
 
 
 def summarise(ttft, tpot, mask=None) -> dict:

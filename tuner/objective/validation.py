@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from tuner.evaluate import evaluate
+from tuner.objective.evaluate import evaluate
 from tuner.scenario import ScenarioSpec, build_scenario
 from tuner.workloads.presets import resolve_trace
 
@@ -108,7 +108,7 @@ def interval(xs, level: float = LEVEL, spread: bool = False) -> list:
 
 def _summary(ms: list[dict]) -> dict:
     keys = [k for k, v in ms[0].items() if isinstance(v, (int, float))]
-    from tuner.objectives import is_share
+    from tuner.objective.objectives import is_share
 
     out = {k: float(np.mean([m[k] for m in ms])) for k in keys}
     out["ci"] = {k: interval([m[k] for m in ms]) for k in keys}
@@ -261,7 +261,7 @@ def verdict(mets: dict, objective: str, baselines: tuple[str, ...]) -> dict:
     policy is better than every baseline and not worse than the default; ``tie``
     otherwise. The result carries ``n_samples`` ((window, seed) samples run) and
     ``n_independent``; an undetermined one its ``reason``."""
-    from tuner.objectives import parse_objective
+    from tuner.objective.objectives import parse_objective
 
     objective = parse_objective(objective).spec
     t = mets["tuned"]

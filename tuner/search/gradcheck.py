@@ -1,5 +1,5 @@
 """The gradient-quality check: per theta coordinate, the relaxed gradient of a
-:class:`tuner.problem.Problem` against exact-mode finite differences under common random
+:class:`tuner.objective.problem.Problem` against exact-mode finite differences under common random
 numbers (both of the log surrogate).
 
 Every check is classified by :func:`classify` (one rule, used by the fit's estimator
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tuner.problem import Problem
+from tuner.objective.problem import Problem
 
 __all__ = ["CoordCheck", "CLASSES", "FLAT_TOL", "VANISHING_RATIO", "classify", "check",
            "check_directions"]

@@ -12,6 +12,7 @@ what a family makes of them.
 from __future__ import annotations
 
 import dataclasses
+import math
 import hashlib
 import json
 from dataclasses import dataclass
@@ -26,9 +27,10 @@ from tuner.workloads import arrivals
 from tuner.workloads.presets import resolve_trace
 from tuner.workloads.traces import Trace, summary, to_workload
 
-__all__ = ["ScenarioSpec", "Scenario", "build_scenario", "check_spec", "clip_lengths",
-           "resolve_hardware",
-           "scale_to_max_tokens", "DEFAULT_RATE", "SCHEDULERS", "U_CALIBRATIONS"]
+__all__ = ["CALIBRATION_MAX", "CALIBRATION_MIN", "DEFAULT_RATE", "KV_CACHE_DTYPES",
+           "PREDICTOR_CACHE", "SCHEDULERS", "U_CALIBRATIONS", "Scenario", "ScenarioSpec",
+           "build_scenario", "check_spec", "clip_lengths", "resolve_hardware",
+           "scale_to_max_tokens"]
 
 DEFAULT_RATE = 5.0  # req/s for traces without timestamps (Azure conv. averages 5.53)
 # "v0": vLLM v0's default scheduler (chunked prefill off: prefill-only iterations, whole
@@ -149,6 +151,17 @@ class Scenario:
         every request arrives at t = 0)."""
         return float(self.summary["rate_rps"])
 
+    def check_rate_ladder(self, objective: str) -> None:
+        """ValueError unless a capacity objective's rate ladder (``objective`` names it in
+        the message) can place this slice at other rates: a slice whose requests all
+        arrive at t = 0 has no time pattern to rescale."""
+        if not math.isfinite(self.nominal_rps):
+            raise ValueError(
+                f"trace {self.spec.trace}: all {self.summary['requests']} requests of the "
+                f"slice arrive at t = 0, so there is no time pattern for the rate ladder "
+                f"of objective {objective!r}: pass --rate R (Poisson arrivals at R req/s) "
+                "or an objective without one (e.g. --objective tps)")
+
     def padded(self, n: int) -> "Scenario":
         """The same requests padded with invalid rows to ``n`` (equal shapes share
         compiled code: validation pads every window to the whole slice)."""
@@ -167,7 +180,7 @@ class Scenario:
     def at_rate(self, rate: float) -> "Scenario":
         """The same requests with the arrival pattern rescaled to mean ``rate`` req/s
         (``math.inf``: every request at once)."""
-        from tuner.capacity import scale_workload
+        from tuner.scenario.rates import scale_workload
 
         if rate == float("inf"):
             return dataclasses.replace(self, workload=scale_workload(self.workload, 0.0))
@@ -363,6 +376,12 @@ def _check_types(spec: ScenarioSpec) -> None:
                          f"{dict(opts) if isinstance(opts, tuple) else opts!r}")
 
 
+def _one_of(name: str, value, choices: tuple, meaning: str = "") -> None:
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}{meaning}, "
+                         f"got {value!r}")
+
+
 def check_spec(spec: ScenarioSpec) -> None:
     """Raise ValueError on settings no scenario can have (those that need the trace or
     the deployment are checked by :func:`build_scenario`). Every field's type is
@@ -385,10 +404,8 @@ def check_spec(spec: ScenarioSpec) -> None:
                            or mt < 2):
         raise ValueError(f"max_tokens must be an integer >= 2 (one prompt and one output "
                          f"token), got {mt!r}")
-    if not isinstance(spec.scheduler, str) or spec.scheduler not in SCHEDULERS:
-        raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)} (v0: vLLM v0's "
-                         f"default, chunked prefill off; chunked: chunked prefill), got "
-                         f"{spec.scheduler!r}")
+    _one_of("scheduler", spec.scheduler, SCHEDULERS, " (v0: vLLM v0's default, chunked "
+            "prefill off; chunked: chunked prefill)")
     w = spec.watermark
     if (isinstance(w, bool) or not isinstance(w, (int, float, np.floating))
             or not 0.0 <= w < 0.5):
@@ -408,13 +425,9 @@ def check_spec(spec: ScenarioSpec) -> None:
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))
                               or v < 1):
             raise ValueError(f"{name} must be an integer >= 1 token, got {v!r}")
-    if spec.kv_cache_dtype not in KV_CACHE_DTYPES:
-        raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
-                         f"got {spec.kv_cache_dtype!r}")
-    if not isinstance(spec.u_calibration, str) or spec.u_calibration not in U_CALIBRATIONS:
-        raise ValueError(f"u_calibration must be one of {', '.join(U_CALIBRATIONS)} (raw: "
-                         f"u as predicted; rank: its empirical CDF position, so that "
-                         f"u > tau routes a share 1 - tau), got {spec.u_calibration!r}")
+    _one_of("kv_cache_dtype", spec.kv_cache_dtype, KV_CACHE_DTYPES)
+    _one_of("u_calibration", spec.u_calibration, U_CALIBRATIONS, " (raw: u as predicted; "
+            "rank: its empirical CDF position, so that u > tau routes a share 1 - tau)")
 
 
 def _fingerprint_spec(spec: ScenarioSpec) -> dict:
@@ -481,12 +494,13 @@ def build_scenario(spec: ScenarioSpec) -> Scenario:
     # rate ladder (goodput) places its requests as a seeded Poisson process instead
     pattern = None
     own = None if trace.arrival_s is None else trace.arrival_s[sl] - trace.arrival_s[sl].min()
-    if own is not None and float(np.max(own)) <= 0.0 and spec.rate is not None:
+    at_once = own is not None and float(np.max(own)) <= 0.0
+    if at_once and spec.rate is not None:
         arr = arrivals.poisson(n, spec.rate, spec.seed)
         warnings.append(f"trace {spec.trace}: all {n} requests of the slice arrive at "
                         f"t = 0 (no time pattern to rescale): --rate {spec.rate:g} draws "
                         "them as a Poisson process at that rate (seeded)")
-    elif own is not None and float(np.max(own)) <= 0.0:
+    elif at_once:
         arr = own
         pattern = arrivals.poisson(n, 1.0, spec.seed)
         warnings.append(f"trace {spec.trace}: all {n} requests of the slice arrive at "
@@ -561,7 +575,7 @@ def resolve_hardware(name: str) -> tuple[str, dict]:
     ending in ``.json``): the device name and the calibrated roofline fields ({} for a
     preset)."""
     if str(name).endswith(".json"):
-        from tuner.calibration import load_profile, profile_values
+        from hardware.profile import load_profile, profile_values
 
         prof = load_profile(name)
         return prof["device"], profile_values(prof)

@@ -31,9 +31,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from models.family import Metric
+from tuner.scenario.rates import scale_arrivals
 
 __all__ = ["CAPACITY_METRICS", "TARGET", "LADDER", "ladder_rates", "goodput_from",
-           "scale_arrivals", "scale_workload", "ladder_metrics", "exact_capacity"]
+           "ladder_metrics", "exact_capacity"]
 
 TARGET = 0.9          # share of requests within both SLOs (DistServe; eLLM section 5)
 LADDER = (0.3, 1.5, 6)  # rungs: K rates geometric from lo to hi x the saturation rate
@@ -68,17 +69,6 @@ def goodput_from(rates, attainment, target: float = TARGET):
     frac = jnp.where(cross, jnp.maximum(u, v) / jnp.maximum(jnp.abs(u - v), 1e-9), 0.0)
     share = jnp.where((u >= 0) & (v >= 0), 1.0, frac)
     return jnp.sum(width * share)
-
-
-def scale_workload(wl, factor):
-    """The workload with its arrival times multiplied by ``factor`` (0: all at once);
-    padding rows keep ``+inf``."""
-    return wl.replace(arrival_s=jnp.where(wl.valid, wl.arrival_s * factor, jnp.inf))
-
-
-def scale_arrivals(inputs, factor):
-    """Inputs whose workload's arrival times are multiplied by ``factor``."""
-    return inputs.replace(wl=scale_workload(inputs.wl, factor))
 
 
 def ladder_metrics(run, inputs, rates, nominal_rps, target: float = TARGET) -> dict:
