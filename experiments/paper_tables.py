@@ -259,19 +259,8 @@ class BaseRunner:
 
 def enable_compile_cache() -> str | None:
     """Persist XLA executables across runs (the simulators take 5-20 s to compile per
-    system and max_len). ``KVTUNE_JAX_CACHE`` names the folder; ``0`` turns it off."""
-    import os
+    system and max_len): :func:`tuner.common.compile_cache.enable` (``KVTUNE_JAX_CACHE``
+    names the folder; ``0`` turns it off)."""
+    from tuner.common.compile_cache import enable
 
-    where = os.environ.get("KVTUNE_JAX_CACHE",
-                           str(Path.home() / ".cache" / "kvtune" / "jax-cache"))
-    if where in ("", "0"):
-        return None
-    try:
-        import jax
-
-        Path(where).mkdir(parents=True, exist_ok=True)
-        jax.config.update("jax_compilation_cache_dir", where)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-    except Exception:  # noqa: BLE001 - a cache is an optimisation only
-        return None
-    return where
+    return enable()

@@ -17,6 +17,12 @@ from tuner.export.policy import SCHEMA, load_policy
 from tuner.objective.validation import OUTCOMES
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+# Simulator programs (traced, hence compiled) the Tour's fit needs, by its own count on its
+# last line: the exact run-until-done of ODMA on a training window and of ODMA and its
+# three baselines on the whole slice (held-out windows are padded to it), and the
+# relaxed problem's value, gradient and batch. A change that makes the main job compile
+# more must raise this knowingly (issue 30: every exact evaluation batched).
+TOUR_FIT_SIMULATOR_PROGRAMS = 8
 
 
 def tour_commands() -> list[str]:
@@ -38,6 +44,12 @@ def test_tour_commands_run_as_written(tmp_path, monkeypatch, capsys):
         out = capsys.readouterr()
         assert rc == 0, f"{cmd}\n{out.err[-2000:]}"
         assert out.out.strip(), cmd
+        if argv[2] == "tuner.fit":
+            built = re.search(r"; (\d+) simulator programs \(([^)]*)\)", out.out)
+            assert built, "the fit no longer says how many simulator programs it built"
+            assert int(built[1]) <= TOUR_FIT_SIMULATOR_PROGRAMS, (
+                f"the Tour's fit compiled {built[1]} simulator programs ({built[2]}); "
+                f"bound {TOUR_FIT_SIMULATOR_PROGRAMS}")
     assert (tmp_path / "sweep").is_dir()
     _check_policy(tmp_path / "policy.json")
 

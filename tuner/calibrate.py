@@ -35,6 +35,7 @@ import numpy as np  # noqa: E402
 
 from tuner.calibration import roofline_fit as cal  # noqa: E402
 from tuner.calibration.measured import SYSTEM, compare, measured_target, spec_for  # noqa: E402
+from tuner.common import compile_cache  # noqa: E402
 from tuner.common.atomic import plain, write_json_atomic  # noqa: E402
 from tuner.cli import add_scenario_args, spec_from_args  # noqa: E402
 from tuner.scenario import ScenarioSpec, build_scenario, resolve_hardware  # noqa: E402
@@ -80,6 +81,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     add_scenario_args(ap)
     args = ap.parse_args(argv)
+    compile_cache.enable()
     given = {k for k, v in vars(args).items() if v is not None}
     try:
         if not 0.0 <= args.holdout < 1.0:

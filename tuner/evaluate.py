@@ -14,6 +14,7 @@ import sys
 
 from models import list_systems
 from tuner.cli import add_scenario_args, parse_param, spec_from_args
+from tuner.common import compile_cache
 from tuner.common.atomic import plain
 from tuner.objective.evaluate import evaluate
 from tuner.objective.objectives import DEFAULT_OBJECTIVE
@@ -34,6 +35,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     add_scenario_args(ap)
     args = ap.parse_args(argv)
+    compile_cache.enable()
     try:
         from tuner.export.policy import load_policy
 

@@ -18,6 +18,11 @@ exits 0, the verdict recorded in the file). A verdict the held-out data cannot d
 do not change a workload with its own arrival times, or paired differences that are all
 equal) prints why, with no interval, and exits 4 with nothing written (``--export-anyway``
 writes it and exits 0).
+
+Compiled programs are kept in JAX's persistent compilation cache
+(``KVTUNE_JAX_CACHE``, default ``~/.cache/kvtune/jax-cache``; ``0``: off), so a second
+run reads them instead of compiling; the last line says how many programs the run built
+and how many came from the cache.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ if __name__ == "__main__":  # progress from the first second: the imports take ~
     print("tuner.fit: starting", file=sys.stderr, flush=True)
 
 import argparse  # noqa: E402
+import collections  # noqa: E402
 import io  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -35,6 +41,7 @@ from pathlib import Path  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from tuner.cli import add_scenario_args, check_file, check_out, spec_from_args  # noqa: E402
+from tuner.common import compile_cache  # noqa: E402
 from tuner.common.atomic import write_json_atomic, write_text_atomic  # noqa: E402
 from tuner.search.fitting import AUTO_COORDS, CHECKS, FitSettings, fit  # noqa: E402
 from tuner.objective.problem import FD_SCHEMES  # noqa: E402
@@ -157,6 +164,31 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     args = _args(argv)
     args._argv = argv
+    args._cache = compile_cache.enable()
+    from models.simulate import TRACES  # the simulator programs traced (each compiled)
+
+    args._traces0 = collections.Counter(TRACES)
+    with compile_cache.CompileCount() as args._compiles:
+        return _logged(args, t0)
+
+
+def _programs(args) -> str:
+    """How many simulator programs the run traced, by entry point, and how many programs
+    it built in all (the rest are small array operations)."""
+    from models.simulate import TRACES
+
+    new = collections.Counter()
+    for key, n in TRACES.items():
+        if n > args._traces0.get(key, 0):
+            new[key[0]] += 1
+    parts = ", ".join(f"{k} {v}" for k, v in sorted(new.items()))
+    return (f"{sum(new.values())} simulator programs ({parts}); "
+            f"{args._compiles.summary()}"
+            + (f" ({args._cache})" if args._cache else " (persistent cache off)"))
+
+
+def _logged(args, t0: float) -> int:
+    argv = args._argv
     if args.log is None:
         return _main(args, t0)
     try:
@@ -339,7 +371,7 @@ def _main(args, t0: float, provenance_out: dict | None = None,
         seed=base.seed, slo=slo,
         deployment=describe(sc, args.system, res.params, policy_path=out),
         verdict=ver, provenance=prov, wall_s=round(time.perf_counter() - t0, 3))
-    print(f"fit wall time {doc['wall_s']:.1f} s")
+    print(f"fit wall time {doc['wall_s']:.1f} s; {_programs(args)}")
     write_measure_kit(sc, out, formats=("custom",))  # the dataset the bench command reads
     write_json_atomic(out, doc)
     ckpt.unlink(missing_ok=True)

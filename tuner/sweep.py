@@ -31,6 +31,7 @@ import time
 import jax
 from tqdm import tqdm
 
+from tuner.common import compile_cache
 from tuner.search.pareto import mark_pareto, summary_line, write_outputs
 from tuner.search.sweep import (build_scenarios, default_steps, grid_points, init_distributed,
                                 ladders, parse_grid, random_points, run_sweep)
@@ -123,6 +124,7 @@ def main(argv=None) -> int:
     try:
         init_distributed(hosts.coordinator, hosts.num_processes, hosts.process_id)
         args = _args(argv)
+        compile_cache.enable()
         scs, sets, steps, temp, objective, rates = _plan(args)
         t0 = time.perf_counter()
         with tqdm(total=len(sets) * len(scs), desc="sweep", unit="pt", file=sys.stderr,
