@@ -206,15 +206,6 @@ def run_case(name: str, case_argv: list[str], description: str, out_dir: Path,
     return entry
 
 
-def _enable_compile_cache() -> None:
-    try:
-        from experiments.paper_tables import enable_compile_cache as enable
-
-        enable()
-    except Exception:  # noqa: BLE001 - the cache is an optimisation only
-        pass
-
-
 def _previous(out_dir: Path) -> dict | None:
     """The cases of an earlier run in ``out_dir`` (for ``--append``)."""
     path = out_dir / "capacity_table.json"
@@ -243,7 +234,9 @@ def run(names: list[str], out_dir: Path, quick: bool = False,
         "cases": {k: v for k, v in (keep or {}).items() if k not in names}}
     if keep:
         res["setup"]["kept_from_an_earlier_run"] = sorted(res["cases"])
-    _enable_compile_cache()
+    from tuner.common import compile_cache
+
+    compile_cache.enable()
     for i, name in enumerate(names):
         _, case_argv, desc = cases[name]
         _log(f"[{time.perf_counter() - t0:7.1f}s] case {name} ({i + 1}/{len(names)}): "

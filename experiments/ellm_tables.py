@@ -49,9 +49,10 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from experiments.paper_tables import (  # noqa: E402
-    BaseRunner, argument_parser, bullets, enable_compile_cache, error, fmt, footer,
+    BaseRunner, argument_parser, bullets, error, fmt, footer,
     make_out, md_head, md_row, now_utc, pyplot, ratio, save_figure, set_reason, stamp,
     within, write_outputs, yn)
+from tuner.common import compile_cache
 
 __all__ = ["CLAIMS", "OFFLINE", "QUICK", "SYSTEMS", "WORKLOADS", "claims", "main",
            "render_markdown", "render_png", "run"]
@@ -678,7 +679,7 @@ def _setup(quick: bool) -> dict:
 def run(quick: bool = False, out: Path | None = None) -> dict:
     """Every workload and the offline case; writes the outputs after each when
     ``out`` is given. Returns the result document."""
-    enable_compile_cache()
+    compile_cache.enable()
     cfg = QUICK if quick else FULL
     rn = Runner()
     res = {"setup": _setup(quick), "paper_claims": CLAIMS, "workloads": {},

@@ -64,8 +64,9 @@ from pathlib import Path  # noqa: E402
 from experiments import paper_tables  # noqa: E402
 from experiments.paper_tables import (  # noqa: E402
     CONTRADICTED, NOT_REPRODUCED, SUPPORTED, BaseRunner, argument_parser, band_verdict,
-    bullets, enable_compile_cache, error, fmt, footer, make_out, md_head, md_row,
+    bullets, error, fmt, footer, make_out, md_head, md_row,
     now_utc, out_unwritable, parse_args, pyplot, save_figure, signed, stamp, yn)
+from tuner.common import compile_cache
 from tuner.common.atomic import plain  # noqa: E402
 
 __all__ = ["ABLATIONS", "BASELINES", "CLAIMS", "FULL", "QUICK", "SYSTEMS", "claims",
@@ -1068,7 +1069,7 @@ def run(quick: bool = False, out: Path | None = None, traces=None, lengths=None,
     and / or ``lengths`` (lists) replace the configured workloads by their product (a
     missing one: all arrival traces / ShareGPT). Returns the result document
     (per-request arrays stripped)."""
-    enable_compile_cache()
+    compile_cache.enable()
     cfg = dict(QUICK if quick else FULL)
     if traces or lengths:
         cfg["workloads"] = tuple((t, ln) for t in (traces or ARRIVAL_TRACES)

@@ -61,8 +61,9 @@ from pathlib import Path
 import numpy as np
 
 from experiments.paper_tables import (BaseRunner, argument_parser, bullets,
-                                      enable_compile_cache, error, footer, pct, pyplot,
+                                      error, footer, pct, pyplot,
                                       save_figure, signed, stamp, write_outputs)
+from tuner.common import compile_cache
 
 __all__ = ["PAPER", "WORKLOADS", "main", "render_markdown", "run"]
 
@@ -1341,7 +1342,7 @@ def main(argv=None) -> int:
         return error(f"no CASTILLO traces under {traces_dir()}")
     if not args.rate > 0 or args.max_len < 256:
         return error("--rate must be > 0 and --max-len >= 256")
-    enable_compile_cache()
+    compile_cache.enable()
     res = run(quick=args.quick, seed=args.seed, rate=args.rate, max_len=args.max_len,
               n_seeds=args.n_seeds, tune=False if args.no_tune else None)
     doc, md = stamp(res, render_markdown)

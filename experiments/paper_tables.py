@@ -20,7 +20,8 @@ same in all of them:
   :func:`parse_args`, :func:`out_unwritable` and :func:`make_out` (the output folder,
   checked before long work);
 * running: :class:`BaseRunner` (start time, run count, progress lines, a scenario
-  cache) and :func:`enable_compile_cache` (JAX's persistent compilation cache).
+  cache); JAX's persistent compilation cache is
+  :func:`tuner.common.compile_cache.enable`.
 
 Nothing here imports JAX or the simulators at import time.
 """
@@ -39,7 +40,7 @@ from tuner.common.atomic import (plain, savefig_atomic, unwritable_reason,
                                  write_json_atomic, write_text_atomic)
 
 __all__ = ["CONTRADICTED", "NOT_REPRODUCED", "SUPPORTED", "BaseRunner",
-           "argument_parser", "band_verdict", "bullets", "enable_compile_cache",
+           "argument_parser", "band_verdict", "bullets",
            "error", "fmt", "footer", "log", "make_out", "md_head", "md_row", "now_utc",
            "out_unwritable", "parse_args", "pct", "pyplot", "ratio", "save_figure",
            "set_reason", "signed", "stamp", "within", "write_outputs", "yn"]
@@ -255,12 +256,3 @@ class BaseRunner:
         """``setup['runtime_s']`` (s, one decimal) and ``setup['simulator_runs']``."""
         setup["runtime_s"] = round(self.elapsed(), 1)
         setup["simulator_runs"] = self.runs
-
-
-def enable_compile_cache() -> str | None:
-    """Persist XLA executables across runs (the simulators take 5-20 s to compile per
-    system and max_len): :func:`tuner.common.compile_cache.enable` (``KVTUNE_JAX_CACHE``
-    names the folder; ``0`` turns it off)."""
-    from tuner.common.compile_cache import enable
-
-    return enable()

@@ -59,9 +59,10 @@ from pathlib import Path  # noqa: E402
 
 from experiments.paper_tables import (  # noqa: E402
     CONTRADICTED, NOT_REPRODUCED, SUPPORTED, BaseRunner, argument_parser, band_verdict,
-    bullets, enable_compile_cache, error, fmt, footer, make_out, md_head, md_row,
+    bullets, error, fmt, footer, make_out, md_head, md_row,
     now_utc, out_unwritable, parse_args, pyplot, ratio, save_figure, set_reason, signed,
     stamp, within, write_outputs, yn)
+from tuner.common import compile_cache
 
 __all__ = ["CLAIMS", "FULL", "PAPER", "QUICK", "SYSTEMS", "claims", "load_tuned", "main",
            "render_markdown", "render_png", "render_regret_png", "run", "slope"]
@@ -899,7 +900,7 @@ def _setup(quick: bool, cfg: dict, tuned: dict | None) -> dict:
 def run(quick: bool = False, out: Path | None = None, tuned: dict | None = None) -> dict:
     """Every load and the horizon series; writes the outputs after each when ``out``
     is given. Returns the result document."""
-    enable_compile_cache()
+    compile_cache.enable()
     cfg = dict(QUICK if quick else FULL)
     rn = Runner(tuned)
     systems = tuple(cfg["systems"]) + ((TUNED,) if tuned is not None else ())
