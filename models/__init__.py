@@ -14,7 +14,7 @@ from models.registry import (ParamSpec, SystemSpec, get_system, list_systems,
                              register_system, validate_params)
 from models.server import ServerConfig
 from models.simulate import (init_state, metrics, run_blocks, simulate,
-                             simulate_until_done, trace_guard)
+                             simulate_until_done, simulate_until_done_many, trace_guard)
 from models.workload import Workload, make_workload
 
 from models import bucketed  # noqa: E402,F401  (registers the bucketed family)
@@ -23,12 +23,13 @@ from models import eviction  # noqa: E402,F401  (registers the eviction family)
 from models import dropping  # noqa: E402,F401  (registers the parameter-dropping family)
 
 __all__ = [
-    "DOMAINS", "Domain", "Family", "Inputs", "IterLog", "Metric", "ParamSpec", "ServerConfig",
+    "DOMAINS", "Domain", "Family", "Inputs", "IterLog", "Metric", "ParamSpec",
+    "ServerConfig",
     "SimOptions", "SystemSpec", "Workload", "deployment_values", "family_of",
     "get_family", "get_system", "init_state", "list_families", "list_systems",
     "make_inputs", "make_options", "make_workload", "metric_specs", "metrics",
     "register_family", "register_system", "run_blocks", "simulate",
-    "simulate_until_done", "trace_guard", "validate_params",
+    "simulate_until_done", "simulate_until_done_many", "trace_guard", "validate_params",
 ]
 
 

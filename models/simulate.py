@@ -4,9 +4,11 @@
 steps, each block's completions absorbed into the latency histograms, in one pass with
 the family's completion sink, then the family's end-of-block hook); ``simulate`` runs a
 fixed number of iterations (for gradients and sweeps); ``simulate_until_done`` runs
-exact-mode chunks until every request is accounted for. The family is looked up from
-``opts.system`` at trace time; nothing here knows a family's state beyond the contract
-of ``models.family``.
+exact-mode chunks until every request is accounted for, and
+``simulate_until_done_many`` does so for a batch of runs of one system in one
+``vmap``-ped call per chunk (until every run of the batch is done). The family is
+looked up from ``opts.system`` at trace time; nothing here knows a family's state
+beyond the contract of ``models.family``.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from models.family import Inputs, SimOptions, Sink, family_of
 from models.server import fifo_entries, hist_add
 
 __all__ = ["absorb", "init_state", "metrics", "run_blocks", "simulate",
-           "simulate_until_done", "trace_guard", "note_trace"]
+           "simulate_until_done", "simulate_until_done_many", "trace_guard", "note_trace"]
 
 
 # -- compile guard: one trace per (entry point, system, static options, shapes) ---------
@@ -151,6 +154,49 @@ def simulate_until_done(inputs: Inputs, hw, params, opts: SimOptions, *, t=0.0,
         if bool(done):
             break
     return state
+
+
+@partial(jax.jit, static_argnames=("opts", "n_blocks", "exact"))
+def _chunk_many(state, inputs, hw, params, t, opts, n_blocks, exact=False):
+    note_trace("simulate_until_done_many", opts, state, inputs, hw, params, t)
+    t = 0.0 if exact else t
+    fam = family_of(opts.system)
+
+    def one(s, x, p):
+        s = run_blocks(s, x, hw, p, t, opts, n_blocks)[0]
+        return s, fam.done(s, x)
+
+    state, done = jax.vmap(one)(state, inputs, params)
+    return state, jnp.all(done)
+
+
+@partial(jax.jit, static_argnames=("opts",))
+def _init_many(inputs, params, t, opts):
+    return jax.vmap(lambda x, p: init_state(x, p, t, opts))(inputs, params)
+
+
+@partial(jax.jit, static_argnames=("opts",))
+def _metrics_many(state, inputs, opts):
+    return jax.vmap(lambda s, x: metrics(s, x, opts))(state, inputs)
+
+
+def simulate_until_done_many(inputs: Inputs, hw, params, opts: SimOptions, *, t=0.0,
+                             max_steps=2_000_000, chunk_blocks=64) -> dict:
+    """:func:`simulate_until_done` of a batch of ``B`` runs of one system: ``inputs`` and
+    ``params`` carry a leading axis ``B`` (``hw`` is shared); chunks run ``vmap``-ped
+    until every run of the batch is done (a finished run's state no longer changes, so
+    each run's result equals its own ``simulate_until_done``). Returns every metric as
+    a ``[B]`` NumPy array: one compiled program per (system, options, ``B``, shapes)."""
+    state = _init_many(inputs, params, jnp.float32(t), opts)
+    exact = float(t) == 0.0
+    steps = 0
+    while steps < max_steps:
+        state, done = _chunk_many(state, inputs, hw, params, jnp.float32(t), opts,
+                                  chunk_blocks, exact)
+        steps += chunk_blocks * opts.block
+        if bool(done):
+            break
+    return {k: np.asarray(v) for k, v in _metrics_many(state, inputs, opts).items()}
 
 
 def metrics(state, inputs: Inputs, opts: SimOptions) -> dict:

@@ -132,8 +132,8 @@ def test_validate_counts_seeds_that_change_nothing_once(monkeypatch, arrivals, p
                                                         want):
     monkeypatch.setattr(val, "build_scenario", _fake_build(arrivals, preds))
     calls = []
-    monkeypatch.setattr(val, "evaluate", lambda sc, *a, **kw: calls.append(1)
-                        or _fake_evaluate(sc, *a, **kw))
+    monkeypatch.setattr(val, "evaluate_many", lambda jobs, **kw: [
+        calls.append(1) or _fake_evaluate(*job) for job in jobs])
     pol = {"tuned": ("tuned", {}), "default": ("default", {})}
     out = val.validate("x", pol, "goodput_rps", _windows(), 3)
     # equal inputs are not simulated again (2 policies x (6 window + 3 whole) samples)

@@ -17,9 +17,11 @@ attainments, so the soft attainments of relaxed mode make it differentiable. Eve
 metric is reported at the goodput operating point (interpolated between the two rungs
 around it).
 
-Exact validation (:func:`exact_capacity`): runs to completion at each rung, then
-bisection (in log rate) of the bracket of the first crossing to a relative width
-``rtol``, goodput interpolated in the final bracket.
+Exact validation (:func:`capacity_search`, :func:`exact_capacity`): runs to completion at
+each rung, then bisection (in log rate) of the bracket of the first crossing to a
+relative width ``rtol``, goodput interpolated in the final bracket. The search is a
+generator of the rates it needs, so many searches (policies x held-out samples) run in
+lockstep, each round's runs in one batched call.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from models.family import Metric
 from tuner.scenario.rates import scale_arrivals
 
 __all__ = ["CAPACITY_METRICS", "TARGET", "LADDER", "ladder_rates", "goodput_from",
-           "ladder_metrics", "exact_capacity"]
+           "ladder_metrics", "capacity_search", "drive", "exact_capacity"]
 
 TARGET = 0.9          # share of requests within both SLOs (DistServe; eLLM section 5)
 LADDER = (0.3, 1.5, 6)  # rungs: K rates geometric from lo to hi x the saturation rate
@@ -87,57 +89,99 @@ def ladder_metrics(run, inputs, rates, nominal_rps, target: float = TARGET) -> d
     return out
 
 
-def exact_capacity(run_at, rates, nominal_rps: float, target: float = TARGET,
-                   rtol: float = 0.02, max_runs: int = 24) -> dict:
-    """Exact goodput: ``run_at(rate) -> metrics`` (a run to completion at that arrival
-    rate; ``math.inf``: all at once). Rungs first, then bisection of the first crossing.
-    Returns the metrics at the highest rate found within the target, the capacity
-    metrics, the bracket and the number of runs."""
-    runs = {}
+def capacity_search(rates, nominal_rps: float, target: float = TARGET,
+                    rtol: float = 0.02, max_runs: int = 24, prefetch: bool = True):
+    """The exact goodput search as a generator, so that many searches can run in
+    lockstep (:func:`tuner.objective.evaluate.evaluate_many` batches their runs): it
+    yields lists of arrival rates to run to completion (``math.inf``: all at once) and
+    is sent back their metrics, one dict per rate; it returns what
+    :func:`exact_capacity` returns.
+
+    With ``rates`` None the rungs are :func:`ladder_rates` of the policy's saturation
+    rate, which is run first. With ``prefetch`` every rung is asked for in one list (one
+    batched round), else one at a time as they are read (one run at a time: no run that
+    is not read); the search reads them in order up to the first that misses the
+    target, doubles above the ladder or halves below it, and bisects (in log rate) the
+    bracket of that first crossing to a relative width ``rtol``, one rate per round.
+    ``max_runs`` bounds the rates it reads (prefetched rungs past the first miss are run
+    but not read)."""
+    runs, used = {}, set()
+
+    def need(rs):
+        rs = [r for r in rs if r not in runs]
+        if rs:
+            ms = yield rs
+            runs.update(zip(rs, ms))
 
     def att(r):
-        if r not in runs:
-            runs[r] = run_at(r)
+        yield from need([r])
+        used.add(r)
         return runs[r]["slo_attainment"]
 
+    if rates is None:
+        yield from need([math.inf])
+        rates = ladder_rates(runs[math.inf]["requests_per_s"])
     rates = [float(r) for r in rates]
+    yield from need((rates if prefetch else []) + [math.inf])
     lo, hi = 0.0, None
     for r in rates:
-        if att(r) >= target:
+        if (yield from att(r)) >= target:
             lo = r
         else:
             hi = r
             break
-    while hi is None and len(runs) < max_runs // 2:  # within target at the top rung
-        r = 2.0 * rates[-1] if not runs else 2.0 * max(runs)
-        if att(r) >= target:
+    while hi is None and len(used) < max_runs // 2:  # within target at the top rung
+        r = 2.0 * max(used)
+        if (yield from att(r)) >= target:
             lo = r
         else:
             hi = r
-    while lo == 0.0 and hi is not None and len(runs) < max_runs // 2:  # below the ladder
+    while lo == 0.0 and hi is not None and len(used) < max_runs // 2:  # below the ladder
         r = hi / 2.0
-        if att(r) >= target:
+        if (yield from att(r)) >= target:
             lo = r
         else:
             hi = r
-    while hi is not None and lo > 0 and hi / lo > 1.0 + rtol and len(runs) < max_runs:
+    while hi is not None and lo > 0 and hi / lo > 1.0 + rtol and len(used) < max_runs:
         mid = math.sqrt(lo * hi)
-        if att(mid) >= target:
+        if (yield from att(mid)) >= target:
             lo = mid
         else:
             hi = mid
     if hi is None:  # never missed the target: the rate is not limited by the SLOs
         good = lo
     else:
-        a_lo = 1.0 if lo == 0.0 else att(lo)
-        a_hi = att(hi)
+        a_lo = 1.0 if lo == 0.0 else runs[lo]["slo_attainment"]
+        a_hi = runs[hi]["slo_attainment"]
         good = lo + (a_lo - target) / max(a_lo - a_hi, 1e-9) * (hi - lo)
-    sat = run_at(math.inf)
-    at = dict(runs[lo]) if lo in runs else dict(runs[min(runs)])
-    at.update(goodput_rps=good, goodput_scale=good / nominal_rps, saturation_rps=sat["requests_per_s"],
-              saturation_tps=sat["tps"])
-    at["capacity"] = {"bracket_rps": [lo, hi], "runs": len(runs) + 1,
+    sat = runs[math.inf]
+    at = dict(runs[lo]) if lo in used else dict(runs[min(used)])
+    at.update(goodput_rps=good, goodput_scale=good / nominal_rps,
+              saturation_rps=sat["requests_per_s"], saturation_tps=sat["tps"])
+    at["capacity"] = {"bracket_rps": [lo, hi], "runs": len(runs),
                       "saturation_iterations": sat.get("iterations"),
-                      "rungs": {f"{r:.6g}": runs[r]["slo_attainment"] for r in sorted(runs)},
+                      "rungs": {f"{r:.6g}": runs[r]["slo_attainment"]
+                                for r in sorted(used)},
                       "limited": hi is not None}
     return at
+
+
+def drive(search, run_many):
+    """Run one search generator (:func:`capacity_search`) to its result, its rates run
+    by ``run_many(list of rates) -> list of metrics``."""
+    try:
+        rs = next(search)
+        while True:
+            rs = search.send(run_many(rs))
+    except StopIteration as stop:
+        return stop.value
+
+
+def exact_capacity(run_at, rates, nominal_rps: float, target: float = TARGET,
+                   rtol: float = 0.02, max_runs: int = 24) -> dict:
+    """Exact goodput: ``run_at(rate) -> metrics`` (a run to completion at that arrival
+    rate; ``math.inf``: all at once), by :func:`capacity_search` one run at a time.
+    Returns the metrics at the highest rate found within the target, the capacity
+    metrics, the bracket and the number of runs."""
+    return drive(capacity_search(rates, nominal_rps, target, rtol, max_runs, False),
+                 lambda rs: [run_at(r) for r in rs])

@@ -1,35 +1,142 @@
-"""The exact evaluation of a policy on a scenario (``python -m tuner.evaluate`` is its
+"""The exact evaluation of policies on scenarios (``python -m tuner.evaluate`` is its
 command line).
 
-:func:`evaluate` runs one system with given parameters to completion (exact mode by
-default) and returns the metrics plus the objective; :func:`run` is one run at the
-scenario's own rate.
+:func:`evaluate_many` evaluates a list of (scenario, system, parameters) jobs exactly and
+in batches: a capacity objective's goodput searches
+(:func:`tuner.objective.capacity.capacity_search`) run in lockstep, and each round's runs
+of one system go to ``models.simulate_until_done_many`` in calls of a fixed number of
+lanes (one compiled program per system and lane count), every run to completion.
+:func:`evaluate` is one job (one lane: the unbatched simulator); :func:`run` is one run
+at the scenario's own rate.
 """
 
 from __future__ import annotations
 
-import math
-
+import jax
 import jax.numpy as jnp
+import numpy as np
 
-from models import get_system, metrics, simulate_until_done, validate_params
-from tuner.objective.capacity import exact_capacity, ladder_rates
+from models import (get_system, metrics, simulate_until_done, simulate_until_done_many,
+                    validate_params)
+from tuner.objective.capacity import capacity_search
 from tuner.objective.objectives import DEFAULT_OBJECTIVE, parse_objective
-from tuner.scenario import (Scenario)
+from tuner.scenario import Scenario
 
-__all__ = ["evaluate", "run"]
+__all__ = ["MAX_LANES", "evaluate", "evaluate_many", "run"]
+
+MAX_LANES = 32  # runs per batched call at most (memory grows with the lanes)
+
+
+def _params(sc: Scenario, system: str, params) -> dict:
+    p = validate_params(get_system(system), params or {}, sc.cfg.max_len, sc.hw)
+    return {k: jnp.asarray(v) for k, v in p.items()}
 
 
 def run(sc: Scenario, system: str, params: dict | None = None, *,
         temperature: float = 0.0) -> dict:
     """Run ``system`` on the scenario until every request is accounted for; its
     metrics as floats."""
-    p = validate_params(get_system(system), params or {}, sc.cfg.max_len, sc.hw)
-    p = {k: jnp.asarray(v) for k, v in p.items()}
+    p = _params(sc, system, params)
     opts = sc.options(system, record=True)
     inputs = sc.inputs(system)
     st = simulate_until_done(inputs, sc.hw, p, opts, t=temperature)
     return {k: float(v) for k, v in metrics(st, inputs, opts).items()}
+
+
+def _own_rate():
+    """The search of a non-capacity objective: one run at the scenario's own rate."""
+    ms = yield [None]
+    return dict(ms[0])
+
+
+def _group_key(sc: Scenario, system: str) -> tuple:
+    """Runs that can share one batched call: one system, options, device model and
+    input shapes."""
+    shapes = jax.tree.map(jnp.shape, sc.inputs(system))
+    return (system, sc.options(system, record=True), repr(jax.tree.leaves(sc.hw)),
+            repr(shapes))
+
+
+def _run_group(runs: list, lanes: int) -> list[dict]:
+    """Metrics of ``runs`` [(scenario at its rate, system, params, rate)] of one group,
+    in calls of ``lanes`` runs (the last one padded by repeating its last run). A call
+    lasts as long as its longest run, so runs are ordered by the span of their arrivals
+    (requests / rate: at a low rate the server runs many small iterations) and a call
+    takes runs of about equal length."""
+    if lanes == 1:
+        return [run(sc, system, p) for sc, system, p, _ in runs]
+
+    def span(i):
+        sc, _, _, rate = runs[i]
+        return float(np.sum(sc.workload.valid)) / (rate or sc.nominal_rps)
+
+    order = sorted(range(len(runs)), key=span)
+    out = [None] * len(runs)
+    for c in range(0, len(order), lanes):
+        idx = order[c:c + lanes]
+        idx = idx + [idx[-1]] * (lanes - len(idx))
+        sc0, system = runs[idx[0]][:2]
+        opts = sc0.options(system, record=True)
+        x = jax.tree.map(lambda *xs: jnp.stack(xs),
+                         *[runs[i][0].inputs(system) for i in idx])
+        p = jax.tree.map(lambda *xs: jnp.stack(xs), *[runs[i][2] for i in idx])
+        ms = simulate_until_done_many(x, sc0.hw, p, opts)
+        for j, i in enumerate(idx[:len(order[c:c + lanes])]):
+            out[i] = {k: float(v[j]) for k, v in ms.items()}
+    return out
+
+
+def evaluate_many(jobs: list, *, objective: str = DEFAULT_OBJECTIVE, rates=None,
+                  lanes: int | None = None, log=lambda s: None) -> list[dict]:
+    """The exact objective and metrics of each job ``(scenario, system, params)``.
+
+    A capacity objective (goodput) runs, per job, the rate ladder (``rates[i]``, default
+    :func:`tuner.objective.capacity.ladder_rates` of the policy's saturation rate) and
+    bisects its first crossing; the searches advance in lockstep and each round's runs
+    of one system (and one input shape) go in batched calls of ``lanes`` runs (default:
+    as many as that group has jobs, at most ``MAX_LANES``). Results are those of
+    :func:`evaluate` on each job alone."""
+    obj = parse_objective(objective)
+    rates = [None] * len(jobs) if rates is None else list(rates)
+    if len(rates) != len(jobs):
+        raise ValueError(f"evaluate_many: {len(rates)} rate ladders for {len(jobs)} jobs")
+    prepared, groups = [], {}
+    for sc, system, params in jobs:
+        obj.check_metrics(system)
+        key = _group_key(sc, system)
+        groups.setdefault(key, []).append(len(prepared))
+        prepared.append((sc, system, _params(sc, system, params), key))
+    width = {k: lanes or min(len(v), MAX_LANES) for k, v in groups.items()}
+    # one lane: rungs run one at a time, only those the search reads
+    searches = [capacity_search(r, sc.nominal_rps, prefetch=width[key] > 1)
+                if obj.capacity else _own_rate()
+                for (sc, _, _, key), r in zip(prepared, rates)]
+    pending = {i: next(s) for i, s in enumerate(searches)}
+    results: list = [None] * len(jobs)
+    rnd = 0
+    while pending:
+        rnd += 1
+        asks = [(i, r) for i, rs in pending.items() for r in rs]
+        log(f"exact evaluation round {rnd}: {len(asks)} run(s) to completion for "
+            f"{len(pending)} job(s)")
+        got = {}
+        for key in groups:
+            mine = [(i, r) for i, r in asks if prepared[i][3] == key]
+            if not mine:
+                continue
+            runs = [(prepared[i][0] if r is None else prepared[i][0].at_rate(r),
+                     prepared[i][1], prepared[i][2], r) for i, r in mine]
+            for (i, r), m in zip(mine, _run_group(runs, width[key])):
+                got.setdefault(i, []).append(m)
+        for i in list(pending):
+            try:
+                pending[i] = searches[i].send(got[i])
+            except StopIteration as stop:
+                results[i] = stop.value
+                del pending[i]
+    for m in results:
+        m["objective"] = float(obj(m))
+    return results
 
 
 def evaluate(sc: Scenario, system: str, params: dict | None = None, *,
@@ -37,28 +144,19 @@ def evaluate(sc: Scenario, system: str, params: dict | None = None, *,
              rates=None) -> dict:
     """The objective and metrics of ``system`` on the scenario, exactly (or relaxed at
     ``temperature``). A capacity objective (goodput) runs the rate ladder ``rates``
-    (default: :func:`tuner.objective.capacity.ladder_rates` of this policy's saturation rate) and
-    bisects its first crossing (:func:`tuner.objective.capacity.exact_capacity`); the other
-    metrics are then those at the highest rate found within the SLO target."""
+    (default: :func:`tuner.objective.capacity.ladder_rates` of this policy's saturation
+    rate) and bisects its first crossing
+    (:func:`tuner.objective.capacity.capacity_search`); the other metrics are then
+    those at the highest rate found within the SLO target."""
     obj = parse_objective(objective)
     obj.check_metrics(system)
     validate_params(get_system(system), params or {}, sc.cfg.max_len, sc.hw)
-    if not obj.capacity:
-        m = run(sc, system, params, temperature=temperature)
-    else:
-        if temperature:
+    if temperature:
+        if obj.capacity:
             raise ValueError("capacity objectives are evaluated in exact mode here; "
                              "the relaxed ladder is tuner.objective.problem's")
-        cache = {}
-
-        def run_at(rate):
-            if rate not in cache:
-                cache[rate] = run(sc.at_rate(rate), system, params)
-            return cache[rate]
-
-        if rates is None:
-            rates = ladder_rates(run_at(math.inf)["requests_per_s"])
-        m = exact_capacity(run_at, rates, sc.nominal_rps)
-    m["objective"] = float(obj(m))
-    return m
-
+        m = run(sc, system, params, temperature=temperature)
+        m["objective"] = float(obj(m))
+        return m
+    return evaluate_many([(sc, system, params)], objective=objective, rates=[rates],
+                         lanes=1)[0]

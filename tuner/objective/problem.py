@@ -85,18 +85,19 @@ def measure(params, x: Inputs, hw, t, lad: Ladder, *, opts, n_steps, objective) 
 def plan_ladder(scenarios: list[Scenario], system: str, params: dict,
                 around=AROUND) -> tuple[np.ndarray, int, list[dict]]:
     """Rungs and horizon of a capacity objective, from exact runs of ``params``: each
-    scenario's exact goodput ``g`` (:func:`tuner.objective.evaluate.evaluate`); rungs geometric
-    from ``around[0] * min g`` to ``around[1] * max g`` (``around[2]`` of them), shared
-    by the scenarios, or, when the goodputs lie too far apart for one row to bracket
-    each of them (a fleet of devices), one row ``around[0] * g .. around[1] * g`` per
-    scenario ([S, K]); horizon
-    1.25 x the most iterations any scenario needs at its goodput, at most
-    ``HORIZON_CAP`` x its saturation run's (lower rungs are cut short and judged on
+    scenario's exact goodput ``g`` (:func:`tuner.objective.evaluate.evaluate_many`, in
+    one batch); rungs geometric from ``around[0] * min g`` to ``around[1] * max g``
+    (``around[2]`` of them), shared by the scenarios, or, when the goodputs lie too far
+    apart for one row to bracket each of them (a fleet of devices), one row
+    ``around[0] * g .. around[1] * g`` per scenario ([S, K]); horizon 1.25 x the most
+    iterations any scenario needs at its goodput, at most ``HORIZON_CAP`` x its
+    saturation run's (lower rungs are cut short and judged on
     the requests already due, see ``models.outcomes``).
     Returns (rates, n_steps, each scenario's exact capacity metrics)."""
-    from tuner.objective.evaluate import evaluate
+    from tuner.objective.evaluate import evaluate_many
 
-    caps = [evaluate(sc, system, params, objective="goodput_rps") for sc in scenarios]
+    caps = evaluate_many([(sc, system, params) for sc in scenarios],
+                         objective="goodput_rps")
     g = np.array([c["goodput_rps"] for c in caps])
     lo, hi, n = around
     if g.max() * lo <= g.min() * hi:  # one row of rungs brackets every scenario's

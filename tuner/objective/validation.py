@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from tuner.objective.evaluate import evaluate
+from tuner.objective.evaluate import evaluate_many
 from tuner.scenario import ScenarioSpec, build_scenario
 from tuner.workloads.presets import resolve_trace
 
@@ -182,23 +182,30 @@ def validate(system: str, policies: dict, objective: str, win: Windows, seeds: i
     wholes = [build_scenario(win.whole.replace(seed=win.whole.seed + HOLDOUT_SEED + k))
               for k in range(seeds)]
     n = max(sc.workload.size for sc in wholes)
-    for i, (w, k) in enumerate(jobs + [(win.whole, k) for k in range(seeds)]):
+    samples = []  # (group, scenario or the index of the earlier equal sample)
+    for w, k in jobs + [(win.whole, k) for k in range(seeds)]:
         # windows padded to the whole slice: one compiled program per system
         sc = (wholes[k] if w is win.whole
               else build_scenario(w.replace(seed=w.seed + HOLDOUT_SEED + k)).padded(n))
-        where = "whole slice" if w is win.whole else f"window at request {w.offset}"
         group = "whole" if w is win.whole else "runs"
         key = sample_key(sc)
         same = keys[group].index(key) if key in keys[group] else None
         keys[group].append(key)
-        log(f"validating ({i + 1}/{len(jobs) + seeds}): {where}, held-out seed {k}"
-            + (" (the same inputs as an earlier seed: not simulated again)"
-               if same is not None else ""))
-        for name, (sys_name, params) in policies.items():
-            res = whole if w is win.whole else runs
-            m = (res[name][same] if same is not None
-                 else evaluate(sc, sys_name, params, objective=objective))
-            res[name].append(m)
+        samples.append((group, sc if same is None else same))
+    todo = [(i, name) for i, (_, sc) in enumerate(samples) if not isinstance(sc, int)
+            for name in policies]
+    repeats = sum(isinstance(sc, int) for _, sc in samples)
+    log(f"validating: {len(samples)} (window, seed) sample(s) x {len(policies)} "
+        f"policies, exact goodput searches in lockstep, each round's runs batched per "
+        "system" + (f" ({repeats} sample(s) with the inputs of an earlier seed: not "
+                    "simulated again)" if repeats else ""))
+    got = evaluate_many([(samples[i][1], *policies[name]) for i, name in todo],
+                        objective=objective, log=log)
+    result = dict(zip(todo, got))
+    for i, (group, sc) in enumerate(samples):
+        res = whole if group == "whole" else runs
+        for name in policies:
+            res[name].append(res[name][sc] if isinstance(sc, int) else result[(i, name)])
     names = list(policies)
     keep = {}
     for where, res in (("runs", runs), ("whole", whole)):

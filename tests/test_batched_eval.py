@@ -1,0 +1,104 @@
+"""Batched exact evaluation: ``models.simulate_until_done_many`` equals each run alone,
+and ``tuner.objective.evaluate.evaluate_many`` (goodput searches in lockstep, rounds
+batched per system) equals ``evaluate`` job by job, in one compiled program per system."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from models import (get_system, metrics, simulate_until_done, simulate_until_done_many,
+                    trace_guard, validate_params)
+from tuner.objective.capacity import capacity_search, drive
+from tuner.objective.evaluate import evaluate, evaluate_many
+from tuner.scenario import ScenarioSpec, build_scenario
+
+SPEC = ScenarioSpec(n_requests=120, n_slots=32, max_batch=32)
+
+
+def _close(a: dict, b: dict, rel=1e-4):
+    """Every numeric metric of ``a`` and ``b`` equal within float32 round-off (vmap may
+    reassociate sums); NaN equals NaN."""
+    bad = [k for k, v in a.items() if isinstance(v, float)
+           and not (v == pytest.approx(b[k], rel=rel, abs=1e-6)
+                    or (v != v and b[k] != b[k]))]
+    return bad
+
+
+def test_a_batch_runs_each_lane_as_if_alone():
+    sc = build_scenario(SPEC)
+    # lanes of very different length: all at once, and a light load (many iterations)
+    scs = [sc.at_rate(math.inf), sc.at_rate(0.5), sc.at_rate(3.0)]
+    system = "paged"
+    opts = sc.options(system, record=True)
+    p = {k: jnp.asarray(v) for k, v in
+         validate_params(get_system(system), {}, sc.cfg.max_len, sc.hw).items()}
+    alone = []
+    for s in scs:
+        x = s.inputs(system)
+        st = simulate_until_done(x, s.hw, p, opts)
+        alone.append({k: float(v) for k, v in metrics(st, x, opts).items()})
+    assert alone[1]["iterations"] > 2 * alone[0]["iterations"]  # the lanes differ
+    x = jax.tree.map(lambda *xs: jnp.stack(xs), *[s.inputs(system) for s in scs])
+    pb = jax.tree.map(lambda v: jnp.stack([v] * len(scs)), p)
+    ms = simulate_until_done_many(x, sc.hw, pb, opts)
+    for j, a in enumerate(alone):
+        got = {k: float(v[j]) for k, v in ms.items()}
+        assert a["completed"] == got["completed"] == float(np.sum(sc.workload.valid))
+        assert not _close(a, got), (j, _close(a, got))
+
+
+def test_lockstep_searches_equal_each_search_alone():
+    base = ScenarioSpec(n_requests=240, n_slots=32, max_batch=32)
+    scs = [build_scenario(base.replace(offset=o, n_requests=120, seed=s)).padded(240)
+           for o, s in ((0, 1), (120, 2))] + [build_scenario(base.replace(seed=3))]
+    jobs = [(sc, system, {}) for sc in scs for system in ("paged", "static")]
+    jobs.append((scs[0], "paged", {"block_size": 64}))
+    alone = [evaluate(*j, objective="goodput_rps") for j in jobs]
+    with trace_guard() as traces:
+        many = evaluate_many(jobs, objective="goodput_rps")
+    batched = sorted(k[1].system for k in traces if k[0] == "simulate_until_done_many")
+    assert batched == ["paged", "static"]  # one program per system, whatever the round
+    for a, m in zip(alone, many):
+        assert m["goodput_rps"] == pytest.approx(a["goodput_rps"], rel=1e-6)
+        # the same bracket (its rates scale with the saturation rate: float32 round-off)
+        assert m["capacity"]["bracket_rps"] == pytest.approx(a["capacity"]["bracket_rps"],
+                                                             rel=1e-5)
+        assert m["objective"] == pytest.approx(a["objective"], rel=1e-6)
+        assert not _close(a, m)
+    # the policies differ somewhere, so equal results are not a constant
+    assert len({round(m["goodput_rps"], 6) for m in many}) > 1
+
+
+def test_search_reads_rungs_in_order_and_bisects_like_the_sequential_one():
+    truth = 5.0
+
+    def run_at(r):
+        if math.isinf(r):
+            return {"slo_attainment": 0.0, "requests_per_s": 10.0, "tps": 1.0}
+        return {"slo_attainment": 1.0 if r < truth else 0.5, "requests_per_s": r,
+                "tps": r}
+
+    asked = []
+
+    def run_many(rs):
+        asked.append(list(rs))
+        return [run_at(r) for r in rs]
+
+    out = drive(capacity_search(None, 1.0, rtol=0.01), run_many)
+    # saturation first, then every rung in one round, then one rate per round
+    assert asked[0] == [math.inf] and len(asked[1]) == 6
+    assert all(len(a) == 1 for a in asked[2:])
+    lo, hi = out["capacity"]["bracket_rps"]
+    assert lo < truth <= hi and hi / lo <= 1.01
+    # rungs above the first miss are run but not read
+    assert all(float(r) < truth * 1.4 for r in out["capacity"]["rungs"])
+    # one run at a time (one lane): the same result from only the runs it reads
+    asked.clear()
+    one = drive(capacity_search(None, 1.0, rtol=0.01, prefetch=False), run_many)
+    assert all(len(a) == 1 for a in asked)
+    assert one["goodput_rps"] == out["goodput_rps"]
+    assert one["capacity"]["runs"] == len(one["capacity"]["rungs"]) + 1  # + saturation
+    assert one["capacity"]["runs"] < out["capacity"]["runs"]
