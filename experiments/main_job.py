@@ -16,7 +16,6 @@ own output, streamed.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -28,8 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from experiments.results_io import stamp_markdown, stamped
-from tuner.common.atomic import unwritable_reason, write_json_atomic, write_text_atomic
+from experiments.results_io import out_folder, stamp_markdown, stamped
+from tuner.common.atomic import write_json_atomic, write_text_atomic
 
 __all__ = ["README_ARGS", "run", "summarise", "main"]
 
@@ -174,18 +173,13 @@ def render(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.main_job",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True, help="result folder")
-    args = ap.parse_args(argv)
-    why = unwritable_reason(args.out)
-    if why:
-        print(f"error: --out {args.out}: {why}", file=sys.stderr)
+    out = out_folder("python -m experiments.main_job", __doc__, argv)
+    if out is None:
         return 2
-    res = stamped(run(args.out))
-    write_json_atomic(args.out / "main_job.json", res, sort_keys=False)
-    write_text_atomic(args.out / "main_job.md", stamp_markdown(render(res),
-                                                               res["provenance"]))
+    res = stamped(run(out))
+    write_json_atomic(out / "main_job.json", res, sort_keys=False)
+    write_text_atomic(out / "main_job.md", stamp_markdown(render(res),
+                                                          res["provenance"]))
     print(render(res))
     return 0 if res["exit_code"] == 0 and res["warm_policy_equal"] else 1
 
