@@ -27,7 +27,8 @@ if __name__ == "__main__":  # progress from the first second: the imports take ~
 import os  # noqa: E402
 import time  # noqa: E402
 
-from experiments.results_io import out_folder, stamp_markdown, stamped  # noqa: E402
+from experiments.out_folder import out_folder  # noqa: E402
+from experiments.results_io import stamp_markdown, stamped  # noqa: E402
 from tuner.common import compile_cache  # noqa: E402
 from tuner.common.atomic import write_json_atomic, write_text_atomic  # noqa: E402
 

@@ -27,7 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from experiments.results_io import out_folder, stamp_markdown, stamped
+from experiments.out_folder import out_folder
+from experiments.results_io import stamp_markdown, stamped
 from tuner.common.atomic import write_json_atomic, write_text_atomic
 
 __all__ = ["README_ARGS", "run", "summarise", "main"]

@@ -10,28 +10,7 @@ from __future__ import annotations
 
 from tuner.common.provenance import provenance, stamp_text
 
-__all__ = ["out_folder", "stamped", "stamp_markdown", "png_metadata", "provenance",
-           "stamp_text"]
-
-
-def out_folder(prog: str, doc: str, argv=None):
-    """The ``--out`` result folder of an experiment that takes only that argument,
-    checked before any work: None (after one ``error:`` line) when it cannot be
-    written."""
-    import argparse
-    import sys
-    from pathlib import Path
-
-    from tuner.common.atomic import unwritable_reason
-
-    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True, help="result folder")
-    out = ap.parse_args(argv).out
-    why = unwritable_reason(out)
-    if why:
-        print(f"error: --out {out}: {why}", file=sys.stderr)
-        return None
-    return out
+__all__ = ["stamped", "stamp_markdown", "png_metadata", "provenance", "stamp_text"]
 
 
 def stamped(doc: dict, prov: dict | None = None) -> dict:

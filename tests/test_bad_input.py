@@ -307,3 +307,15 @@ def test_fit_on_an_own_trace_derives_max_len_once_and_logs(tmp_path, capsys,
         "at commit" in lines[0] and doc["provenance"]["sources"]["sha256"] in lines[0]
     assert any(ln.startswith("verdict (") for ln in lines)  # what it printed
     assert any(ln.startswith("fit wall time") for ln in lines)
+
+
+def test_experiments_check_their_out_folder_before_any_work(tmp_path, capsys):
+    from experiments import bench_validate, main_job
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    for mod in (bench_validate, main_job):
+        assert mod.main(["--out", str(blocker / "sub")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: --out ") and "a_file" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # nothing written
