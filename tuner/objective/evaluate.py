@@ -150,7 +150,6 @@ def evaluate(sc: Scenario, system: str, params: dict | None = None, *,
     those at the highest rate found within the SLO target."""
     obj = parse_objective(objective)
     obj.check_metrics(system)
-    validate_params(get_system(system), params or {}, sc.cfg.max_len, sc.hw)
     if temperature:
         if obj.capacity:
             raise ValueError("capacity objectives are evaluated in exact mode here; "

@@ -182,7 +182,7 @@ def validate(system: str, policies: dict, objective: str, win: Windows, seeds: i
     wholes = [build_scenario(win.whole.replace(seed=win.whole.seed + HOLDOUT_SEED + k))
               for k in range(seeds)]
     n = max(sc.workload.size for sc in wholes)
-    samples = []  # (group, scenario or the index of the earlier equal sample)
+    samples = []  # (group, scenario, index of the earlier equal sample or None)
     for w, k in jobs + [(win.whole, k) for k in range(seeds)]:
         # windows padded to the whole slice: one compiled program per system
         sc = (wholes[k] if w is win.whole
@@ -191,10 +191,10 @@ def validate(system: str, policies: dict, objective: str, win: Windows, seeds: i
         key = sample_key(sc)
         same = keys[group].index(key) if key in keys[group] else None
         keys[group].append(key)
-        samples.append((group, sc if same is None else same))
-    todo = [(i, name) for i, (_, sc) in enumerate(samples) if not isinstance(sc, int)
+        samples.append((group, sc, same))
+    todo = [(i, name) for i, (_, _, same) in enumerate(samples) if same is None
             for name in policies]
-    repeats = sum(isinstance(sc, int) for _, sc in samples)
+    repeats = sum(same is not None for _, _, same in samples)
     log(f"validating: {len(samples)} (window, seed) sample(s) x {len(policies)} "
         f"policies, exact goodput searches in lockstep, each round's runs batched per "
         "system" + (f" ({repeats} sample(s) with the inputs of an earlier seed: not "
@@ -202,10 +202,10 @@ def validate(system: str, policies: dict, objective: str, win: Windows, seeds: i
     got = evaluate_many([(samples[i][1], *policies[name]) for i, name in todo],
                         objective=objective, log=log)
     result = dict(zip(todo, got))
-    for i, (group, sc) in enumerate(samples):
+    for i, (group, _, same) in enumerate(samples):
         res = whole if group == "whole" else runs
         for name in policies:
-            res[name].append(res[name][sc] if isinstance(sc, int) else result[(i, name)])
+            res[name].append(result[(i, name)] if same is None else res[name][same])
     names = list(policies)
     keep = {}
     for where, res in (("runs", runs), ("whole", whole)):
