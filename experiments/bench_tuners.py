@@ -29,6 +29,8 @@ evaluation a tuner makes (gradient checks, exploration, exact checks) is charged
   and exact finite differences for every coordinate whose relaxed gradient disagrees).
 * ``hybrid``: ``gradient`` started from the best of the start and ``explore`` random
   exact samples.
+* ``guided``: CMA-ES steered by the relaxed gradient (:func:`tuner.search.blackbox.search`),
+  each gradient charged at the measured gradient / evaluation cost ratio.
 * ``tpe``, ``cmaes``, ``random``: :func:`tuner.search.blackbox.search` in the theta box.
 
 Usage (from the repository root)::
@@ -115,7 +117,7 @@ PROBLEMS = {p.name: p for p in (
 @dataclass(frozen=True)
 class BenchConfig:
     problems: tuple = ("odma-16", "fleet", "tokenpd-tiers")
-    methods: tuple = ("gradient", "hybrid") + BLACKBOX_METHODS  # gradient-coords: opt in
+    methods: tuple = ("gradient", "hybrid", "guided") + BLACKBOX_METHODS  # gradient-coords: opt in
     seeds: int = 5
     first_seed: int = 0
     objective: str = "default"   # goodput (tuner.objective.capacity)
@@ -226,6 +228,7 @@ def run_task(problem: str, seed: int, cfg: BenchConfig) -> dict:
                                                        res.estimators.values())}
         else:
             cost0 = prob.cost
+            prob.grad_cost = timing["ratio"]  # guided's gradients, at the measured price
             prob.listeners.append(lambda c, th, v, log=log: log.append((c - cost0, v)))
             search(prob, name, cfg.budget, seed=seed, box=cfg.box, batch=cfg.batch,
                    sigma0=cfg.sigma0)

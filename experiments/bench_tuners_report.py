@@ -17,10 +17,10 @@ __all__ = ["GRADIENT_METHODS", "BLACKBOX_METHODS", "TARGET_RATIO", "TARGET_DIM",
            "TOLERANCE", "best_so_far", "budgets_for", "cost_to_reach", "render_markdown",
            "render_plot", "summarise", "within"]
 
-GRADIENT_METHODS = ("gradient", "gradient-coords", "hybrid")
+GRADIENT_METHODS = ("gradient", "gradient-coords", "hybrid", "guided")
 BLACKBOX_METHODS = ("tpe", "cmaes", "random")
 TOLERANCE = 0.01      # "within 1% of the best objective any method finds"
-TARGET_RATIO = 3.0    # gradient or hybrid: 3x less budget than the better of TPE, CMA-ES
+TARGET_RATIO = 3.0    # a gradient method: 3x less budget than the better of TPE, CMA-ES
 TARGET_DIM = 16       # ... on problems with at least this many parameters
 TARGET_PROBLEMS = 2   # ... on at least this many of them
 LADDER = (4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 768, 1024)

@@ -58,7 +58,9 @@ def test_a_search_spends_exactly_its_evaluations_start_first_and_keeps_the_best(
                                 progress=lambda n, b: calls.append((n, b)), **kw)
     assert isinstance(res, SearchResult)
     assert res.evals_used == len(seen) == EVALS
-    assert spent == EVALS * prob.unit
+    # guided also pays a gradient per generation (3: batches of 2, 2 and the one left)
+    grads = 3 if method == "guided" else 0
+    assert spent == (EVALS + grads * prob.grad_cost) * prob.unit
     assert [c for c, _, _ in seen] == sorted(c for c, _, _ in seen)
     np.testing.assert_allclose(flat.vec(seen[0][1]), x0, rtol=1e-6)  # the start first
     values = [v for _, _, v in seen]
@@ -114,6 +116,13 @@ class _Toy:
 
     def value(self, theta, t=0.0):
         return float(self.batch([theta])[0]), {}
+
+    def grad(self, theta, t):
+        """The quadratic's own gradient (what ``Problem.grad`` returns: value,
+        gradient in theta, metrics); counted in ``grads``."""
+        self.grads = getattr(self, "grads", 0) + 1
+        x = self.flat.vec(theta)
+        return self._f(theta), self.flat.theta(-2.0 * (x + 1.0)), {}
 
 
 @pytest.mark.parametrize("method", SEARCH_METHODS)
@@ -265,3 +274,25 @@ def test_fit_cli_bad_method_or_evals_exit_2_with_one_line_and_no_file(tmp_path, 
     err = capsys.readouterr().err
     assert "needs the 'cma' package" in err and err.count("\n") == 1, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_guided_injects_points_along_the_gradient_and_beats_cmaes_on_a_smooth_bowl(prob):
+    from tuner.search.blackbox import GUIDE_STEPS
+
+    flat = Flat(prob.space)
+    x0 = np.clip(flat.vec(prob.space.to_theta(prob.space.base)), -5.0, 5.0)
+    toy = _Toy(prob.space)
+    toy._f = lambda theta: -float(np.sum((flat.vec(theta) + 1.0) ** 2))  # no NaN
+    seen = []
+    toy.listeners.append(lambda c, th, v: seen.append(flat.vec(th)))
+    guided = search(toy, "guided", 40, batch=6, sigma0=1.0)
+    # the first generation opens with the start's gradient steps (sigma0 = 1)
+    g = -2.0 * (x0 + 1.0)
+    step = math.sqrt(len(g)) * g / np.linalg.norm(g)
+    for k, f in enumerate(GUIDE_STEPS):
+        np.testing.assert_allclose(seen[1 + k], np.clip(x0 + f * step, -5, 5), rtol=1e-5)
+    assert toy.grads == math.ceil((40 - 1) / 6)  # one per generation
+    bowl = _Toy(prob.space)
+    bowl._f = toy._f
+    plain = search(bowl, "cmaes", 40, batch=6, sigma0=1.0)
+    assert guided.best_value > plain.best_value

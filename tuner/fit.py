@@ -4,7 +4,8 @@
 ``hybrid`` (the gradient tuner started from the best of ``--explore`` 8 random exact
 samples) when the start point may sit on a plateau; ``tpe``, ``cmaes`` or ``random``
 (black-box search, ``--evals`` exact evaluations, ``tuner.search.blackbox``) for a handful of
-parameters or a flat or jagged exact objective.
+parameters or a flat or jagged exact objective; ``guided``: CMA-ES whose generations are
+steered by the relaxed gradient (two of each generation's points along it).
 
 The slice of the trace (default: all of it) is split into ``2 * --windows`` windows
 spread over it: the fit trains on every other one, then validates tuned, default and
@@ -66,9 +67,11 @@ def _args(argv):
                     help="gradient (default): many interacting parameters; hybrid: "
                     f"gradient from the best of --explore ({HYBRID_EXPLORE}) random "
                     "exact samples; tpe, cmaes, random: black-box search for a handful "
-                    "of parameters or a flat/jagged exact objective")
+                    "of parameters or a flat/jagged exact objective; guided: CMA-ES "
+                    "steered by the relaxed gradient")
     ap.add_argument("--evals", type=int, default=64,
-                    help="exact evaluations of a black-box method (tpe, cmaes, random)")
+                    help="exact evaluations of a search method (tpe, cmaes, random, "
+                    "guided)")
     ap.add_argument("--objective", default=d.objective,
                     help="preset or spec (default: goodput_rps; e.g. 'tps_mig' = "
                     "'tps,migration_rate<=0.005')")

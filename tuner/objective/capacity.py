@@ -35,16 +35,26 @@ import numpy as np
 from models.family import Metric
 from tuner.scenario.rates import scale_arrivals
 
-__all__ = ["CAPACITY_METRICS", "TARGET", "LADDER", "ladder_rates", "goodput_from",
+__all__ = ["CAPACITY_METRICS", "EXPECTED", "RTOL_EXPECTED", "TARGET", "LADDER", "ladder_rates", "goodput_from",
            "ladder_metrics", "capacity_search", "drive", "exact_capacity"]
 
 TARGET = 0.9          # share of requests within both SLOs (DistServe; eLLM section 5)
 LADDER = (0.3, 1.5, 6)  # rungs: K rates geometric from lo to hi x the saturation rate
+# the expected-attainment goodput (goodput_expected_rps) and what it is computed from
+EXPECTED = frozenset({"goodput_expected_rps", "slo_attainment_expected"})
+# its bisection's relative bracket width: the curve is smooth, so it is worth resolving
+# finer than the count's 2% (linear interpolation in the final bracket does the rest)
+RTOL_EXPECTED = 0.005
 
 CAPACITY_METRICS = {
     "goodput_rps": Metric("requests/s", "highest arrival rate (the trace's time pattern "
                           "rescaled) at which >= 90% of requests meet both SLOs"),
     "goodput_scale": Metric("x trace rate", "goodput_rps / the trace's own mean rate"),
+    "goodput_expected_rps": Metric(
+        "requests/s", "highest arrival rate at which the expected share of requests "
+        "within both SLOs (slo_attainment_expected: each request's latencies under "
+        "lognormal noise, averaged over the workload realisations evaluated) is >= 90%: "
+        "continuous in the policy where goodput_rps moves in steps of one request"),
     "saturation_rps": Metric("requests/s", "finished requests/s when all arrive at once"),
     "saturation_tps": Metric("tokens/s", "output tokens/s when all requests arrive at "
                              "once (throughput at saturation)"),
@@ -84,13 +94,17 @@ def ladder_metrics(run, inputs, rates, nominal_rps, target: float = TARGET) -> d
     k = rates.shape[0]
     good = goodput_from(rates, ms["slo_attainment"][:k], target)
     out = {name: jnp.interp(good, rates, v[:k]) for name, v in ms.items()}
+    if "slo_attainment_expected" in ms:  # NaN unless the runs keep their record
+        out["goodput_expected_rps"] = goodput_from(rates, ms["slo_attainment_expected"][:k],
+                                                   target)
     out.update(goodput_rps=good, goodput_scale=good / nominal_rps,
                saturation_rps=ms["requests_per_s"][k], saturation_tps=ms["tps"][k])
     return out
 
 
 def capacity_search(rates, nominal_rps: float, target: float = TARGET,
-                    rtol: float = 0.02, max_runs: int = 24, prefetch: bool = True):
+                    rtol: float = 0.02, max_runs: int = 24, prefetch: bool = True,
+                    expected: bool = False):
     """The exact goodput search as a generator, so that many searches can run in
     lockstep (:func:`tuner.objective.evaluate.evaluate_many` batches their runs): it
     yields lists of arrival rates to run to completion (``math.inf``: all at once) and
@@ -104,8 +118,10 @@ def capacity_search(rates, nominal_rps: float, target: float = TARGET,
     target, doubles above the ladder or halves below it, and bisects (in log rate) the
     bracket of that first crossing to a relative width ``rtol``, one rate per round.
     ``max_runs`` bounds the rates it reads (prefetched rungs past the first miss are run
-    but not read)."""
-    runs, used = {}, set()
+    but not read). With ``expected`` it then finds, the same way and reusing every run,
+    the crossing of ``slo_attainment_expected`` (to :data:`RTOL_EXPECTED`):
+    ``goodput_expected_rps``."""
+    runs = {}
 
     def need(rs):
         rs = [r for r in rs if r not in runs]
@@ -113,56 +129,70 @@ def capacity_search(rates, nominal_rps: float, target: float = TARGET,
             ms = yield rs
             runs.update(zip(rs, ms))
 
-    def att(r):
-        yield from need([r])
-        used.add(r)
-        return runs[r]["slo_attainment"]
-
     if rates is None:
         yield from need([math.inf])
         rates = ladder_rates(runs[math.inf]["requests_per_s"])
     rates = [float(r) for r in rates]
     yield from need((rates if prefetch else []) + [math.inf])
-    lo, hi = 0.0, None
-    for r in rates:
-        if (yield from att(r)) >= target:
-            lo = r
-        else:
-            hi = r
-            break
-    while hi is None and len(used) < max_runs // 2:  # within target at the top rung
-        r = 2.0 * max(used)
-        if (yield from att(r)) >= target:
-            lo = r
-        else:
-            hi = r
-    while lo == 0.0 and hi is not None and len(used) < max_runs // 2:  # below the ladder
-        r = hi / 2.0
-        if (yield from att(r)) >= target:
-            lo = r
-        else:
-            hi = r
-    while hi is not None and lo > 0 and hi / lo > 1.0 + rtol and len(used) < max_runs:
-        mid = math.sqrt(lo * hi)
-        if (yield from att(mid)) >= target:
-            lo = mid
-        else:
-            hi = mid
-    if hi is None:  # never missed the target: the rate is not limited by the SLOs
-        good = lo
-    else:
-        a_lo = 1.0 if lo == 0.0 else runs[lo]["slo_attainment"]
-        a_hi = runs[hi]["slo_attainment"]
-        good = lo + (a_lo - target) / max(a_lo - a_hi, 1e-9) * (hi - lo)
+
+    def root(key, rtol):
+        """(goodput, lo, hi, rates read) of the first crossing of ``key``."""
+        used = set()
+
+        def att(r):
+            yield from need([r])
+            used.add(r)
+            return runs[r][key]
+
+        lo, hi = 0.0, None
+        for r in rates:
+            if (yield from att(r)) >= target:
+                lo = r
+            else:
+                hi = r
+                break
+        while hi is None and len(used) < max_runs // 2:  # within target at the top rung
+            r = 2.0 * max(used)
+            if (yield from att(r)) >= target:
+                lo = r
+            else:
+                hi = r
+        while lo == 0.0 and hi is not None and len(used) < max_runs // 2:  # below it
+            r = hi / 2.0
+            if (yield from att(r)) >= target:
+                lo = r
+            else:
+                hi = r
+        while hi is not None and lo > 0 and hi / lo > 1.0 + rtol and len(used) < max_runs:
+            mid = math.sqrt(lo * hi)
+            if (yield from att(mid)) >= target:
+                lo = mid
+            else:
+                hi = mid
+        if hi is None:  # never missed the target: the rate is not limited by the SLOs
+            return lo, lo, hi, used
+        a_lo = 1.0 if lo == 0.0 else runs[lo][key]
+        a_hi = runs[hi][key]
+        return lo + (a_lo - target) / max(a_lo - a_hi, 1e-9) * (hi - lo), lo, hi, used
+
+    good, lo, hi, used = yield from root("slo_attainment", rtol)
     sat = runs[math.inf]
     at = dict(runs[lo]) if lo in used else dict(runs[min(used)])
     at.update(goodput_rps=good, goodput_scale=good / nominal_rps,
               saturation_rps=sat["requests_per_s"], saturation_tps=sat["tps"])
-    at["capacity"] = {"bracket_rps": [lo, hi], "runs": len(runs),
-                      "saturation_iterations": sat.get("iterations"),
-                      "rungs": {f"{r:.6g}": runs[r]["slo_attainment"]
-                                for r in sorted(used)},
-                      "limited": hi is not None}
+    cap = {"bracket_rps": [lo, hi], "runs": None,
+           "saturation_iterations": sat.get("iterations"),
+           "rungs": {f"{r:.6g}": runs[r]["slo_attainment"] for r in sorted(used)},
+           "limited": hi is not None}
+    if expected:
+        good_e, lo_e, hi_e, used_e = yield from root("slo_attainment_expected",
+                                                     min(rtol, RTOL_EXPECTED))
+        at["goodput_expected_rps"] = good_e
+        cap.update(expected_bracket_rps=[lo_e, hi_e],
+                   expected_rungs={f"{r:.6g}": runs[r]["slo_attainment_expected"]
+                                   for r in sorted(used_e)})
+    cap["runs"] = len(runs)
+    at["capacity"] = cap
     return at
 
 

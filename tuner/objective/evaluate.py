@@ -18,7 +18,7 @@ import numpy as np
 
 from models import (get_system, metrics, simulate_until_done, simulate_until_done_many,
                     validate_params)
-from tuner.objective.capacity import capacity_search
+from tuner.objective.capacity import EXPECTED, capacity_search
 from tuner.objective.objectives import DEFAULT_OBJECTIVE, parse_objective
 from tuner.scenario import Scenario
 
@@ -86,9 +86,24 @@ def _run_group(runs: list, lanes: int) -> list[dict]:
     return out
 
 
+def _mean(ms: list[dict]) -> dict:
+    """Metrics averaged over a job's workload realisations (each metric's mean)."""
+    if len(ms) == 1:
+        return ms[0]
+    return {k: float(np.mean([m[k] for m in ms])) for k in ms[0]}
+
+
 def evaluate_many(jobs: list, *, objective: str = DEFAULT_OBJECTIVE, rates=None,
-                  lanes: int | None = None, log=lambda s: None) -> list[dict]:
+                  lanes: int | None = None, expected: bool | None = None,
+                  log=lambda s: None) -> list[dict]:
     """The exact objective and metrics of each job ``(scenario, system, params)``.
+
+    A job's scenario may be a tuple of scenarios of one shape: workload realisations
+    (seeds) of one deployment. Each rate the job's search asks for is then run on every
+    realisation, and the search reads the realisations' mean metrics (the expected
+    attainment curve over them). With ``expected`` (default: when the objective names
+    ``goodput_expected_rps`` or ``slo_attainment_expected``) a capacity search also
+    finds ``goodput_expected_rps`` (see :func:`tuner.objective.capacity.capacity_search`).
 
     A capacity objective (goodput) runs, per job, the rate ladder (``rates[i]``, default
     :func:`tuner.objective.capacity.ladder_rates` of the policy's saturation rate) and
@@ -100,17 +115,27 @@ def evaluate_many(jobs: list, *, objective: str = DEFAULT_OBJECTIVE, rates=None,
     rates = [None] * len(jobs) if rates is None else list(rates)
     if len(rates) != len(jobs):
         raise ValueError(f"evaluate_many: {len(rates)} rate ladders for {len(jobs)} jobs")
+    if expected is None:
+        expected = bool(obj.metrics_used() & EXPECTED)
     prepared, groups = [], {}
     for sc, system, params in jobs:
         obj.check_metrics(system)
-        key = _group_key(sc, system)
+        scs = tuple(sc) if isinstance(sc, (tuple, list)) else (sc,)
+        if not scs:
+            raise ValueError("evaluate_many: a job with no scenario")
+        key = _group_key(scs[0], system)
+        if any(_group_key(x, system) != key for x in scs[1:]):
+            raise ValueError(f"evaluate_many: the realisations of one {system} job differ "
+                             "in shape or settings (they must be seeds of one scenario)")
         groups.setdefault(key, []).append(len(prepared))
-        prepared.append((sc, system, _params(sc, system, params), key))
-    width = {k: lanes or min(len(v), MAX_LANES) for k, v in groups.items()}
+        prepared.append((scs, system, _params(scs[0], system, params), key))
+    width = {k: lanes or min(len(v) * len(prepared[v[0]][0]), MAX_LANES)
+             for k, v in groups.items()}
     # one lane: rungs run one at a time, only those the search reads
-    searches = [capacity_search(r, sc.nominal_rps, prefetch=width[key] > 1)
+    searches = [capacity_search(r, scs[0].nominal_rps, prefetch=width[key] > 1,
+                                expected=expected)
                 if obj.capacity else _own_rate()
-                for (sc, _, _, key), r in zip(prepared, rates)]
+                for (scs, _, _, key), r in zip(prepared, rates)]
     pending = {i: next(s) for i, s in enumerate(searches)}
     results: list = [None] * len(jobs)
     rnd = 0
@@ -121,13 +146,17 @@ def evaluate_many(jobs: list, *, objective: str = DEFAULT_OBJECTIVE, rates=None,
             f"{len(pending)} job(s)")
         got = {}
         for key in groups:
-            mine = [(i, r) for i, r in asks if prepared[i][3] == key]
+            mine = [(i, r, x) for i, r in asks if prepared[i][3] == key
+                    for x in prepared[i][0]]
             if not mine:
                 continue
-            runs = [(prepared[i][0] if r is None else prepared[i][0].at_rate(r),
-                     prepared[i][1], prepared[i][2], r) for i, r in mine]
-            for (i, r), m in zip(mine, _run_group(runs, width[key])):
-                got.setdefault(i, []).append(m)
+            runs = [(x if r is None else x.at_rate(r), prepared[i][1], prepared[i][2], r)
+                    for i, r, x in mine]
+            each = {}
+            for (i, r, _), m in zip(mine, _run_group(runs, width[key])):
+                each.setdefault((i, r), []).append(m)
+            for (i, r), ms in each.items():  # in the order the search asked
+                got.setdefault(i, []).append(_mean(ms))
         for i in list(pending):
             try:
                 pending[i] = searches[i].send(got[i])

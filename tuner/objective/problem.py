@@ -21,13 +21,13 @@ import numpy as np
 
 from models import Inputs, metrics, simulate
 from models.simulate import note_trace
-from tuner.objective.capacity import ladder_metrics
+from tuner.objective.capacity import EXPECTED, ladder_metrics
 from tuner.objective.objectives import Objective
 from tuner.scenario import Scenario
 from tuner.objective.space import Space
 
 __all__ = ["AROUND", "FD_SCHEMES", "Ladder", "Problem", "check_stackable", "measure",
-           "plan_ladder", "stack_inputs"]
+           "needs_record", "plan_ladder", "stack_inputs"]
 
 
 FD_SCHEMES = ("central", "forward")  # finite-difference schemes of Problem.fd
@@ -35,16 +35,23 @@ AROUND = (0.6, 1.4, 5)  # rungs of a fit's ladder: lo, hi x the start's goodput,
 HORIZON_CAP = 4         # a ladder's horizon: at most this x the saturation iterations
 
 
-def check_stackable(scenarios: list[Scenario], system: str):
-    """The simulator options the scenarios share, after checking that they also share
-    the server's static (compiled) settings; one clear error naming the first pair that
-    differs. Scenarios of one problem or sweep run in one compiled call."""
+def needs_record(objective: Objective) -> bool:
+    """Whether the objective reads a metric computed from the per-request record (the
+    expected attainment, ``tuner.objective.capacity.EXPECTED``)."""
+    return bool(objective.metrics_used() & EXPECTED)
+
+
+def check_stackable(scenarios: list[Scenario], system: str, record: bool = False):
+    """The simulator options the scenarios share (``record``: keeping the per-request
+    record), after checking that they also share the server's static (compiled)
+    settings; one clear error naming the first pair that differs. Scenarios of one
+    problem or sweep run in one compiled call."""
     sc = scenarios[0]
-    opts = sc.options(system)
+    opts = sc.options(system, record=record)
     static = ("n_slots", "admit_window", "max_len", "chunked")
     for other in scenarios[1:]:
         diff = [k for k in static if getattr(other.cfg, k) != getattr(sc.cfg, k)]
-        if diff or other.options(system) != opts:
+        if diff or other.options(system, record=record) != opts:
             what = ", ".join(f"{k} {getattr(sc.cfg, k)} vs {getattr(other.cfg, k)}"
                              for k in diff) or "simulator options"
             raise ValueError(f"{system}: scenarios run together must share their "
@@ -184,7 +191,7 @@ class Problem:
         # a ladder of K rungs runs K + 1 simulations (the saturation rung) per scenario
         self.n_rungs = np.shape(rates)[-1] + 1 if objective.capacity else 1
         self.rates = None if rates is None else np.asarray(rates, np.float32)
-        opts = check_stackable(scenarios, system)
+        opts = check_stackable(scenarios, system, needs_record(objective))
         inputs = stack_inputs(scenarios, system)
         # one device model for the stack, or one per scenario (a fleet of presets)
         hws = [s.hw for s in scenarios]

@@ -12,6 +12,14 @@ the problem's ``listeners`` see it and ``Problem.cost`` is charged for it.
   bounded by the box, one generation of ``batch`` points per vmapped call; a non-finite
   value is told as the worst finite value seen.
 * ``random``: the start point, then uniform samples of the box in vmapped batches.
+* ``guided``: CMA-ES as above whose every generation is steered by the gradient:
+  before each ``ask`` the relaxed gradient of the log objective at the search's mean
+  (``Problem.grad`` at temperature ``guide_t``) proposes two points along its direction,
+  a step of the search's own length (``sigma * sqrt(n)``) and a quarter of it (the
+  first only in a population of 2); they are injected into the generation (replacing
+  samples, so the budget of exact evaluations is unchanged) and CMA-ES updates its mean and covariance from their
+  exact values like any sample's. A gradient costs ``Problem.grad_cost`` evaluations in
+  ``Problem.cost`` and its wall time; a zero or non-finite gradient injects nothing.
 
 A search spends exactly ``evals`` exact evaluations, the start point first. When the
 budget ends inside a batch, the remaining points are evaluated one by one with the
@@ -40,8 +48,8 @@ from tuner.objective.space import Space
 __all__ = ["SEARCH_METHODS", "Flat", "SearchResult", "check_method", "search",
            "search_fit"]
 
-SEARCH_METHODS = ("tpe", "cmaes", "random")
-_PACKAGE = {"tpe": "optuna", "cmaes": "cma"}  # the package each method imports
+SEARCH_METHODS = ("tpe", "cmaes", "random", "guided")
+_PACKAGE = {"tpe": "optuna", "cmaes": "cma", "guided": "cma"}  # the package each method imports
 
 
 class Flat:
@@ -147,7 +155,10 @@ def _random(run: _Run, x0, box, seed, batch):
         run.many(xs[:run.left])
 
 
-def _cmaes(run: _Run, x0, box, seed, batch, sigma0):
+GUIDE_STEPS = (1.0, 0.25)  # guided: points along the gradient, x the search's length
+
+
+def _cmaes(run: _Run, x0, box, seed, batch, sigma0, guide=None):
     import cma
 
     if batch < 2:
@@ -158,6 +169,14 @@ def _cmaes(run: _Run, x0, box, seed, batch, sigma0):
         "seed": int(seed) % (2**32 - 2) + 1, "popsize": batch, "bounds": [-box, box],
         "verbose": -9})
     while run.left > 0:
+        if guide is not None:
+            g = guide(np.asarray(es.mean, np.float64))
+            norm = float(np.linalg.norm(g))
+            if math.isfinite(norm) and norm > 0:
+                step = es.sigma * math.sqrt(len(g)) * g / norm
+                steps = GUIDE_STEPS[:batch - 1]  # at least one sample of CMA-ES's own
+                es.inject([np.clip(es.mean + f * step, -box, box) for f in steps],
+                          force=True)
         xs = es.ask()
         if len(xs) > run.left:  # the budget ends inside this generation: not told
             run.many(xs[:run.left])
@@ -202,7 +221,7 @@ def _tpe(run: _Run, x0, box, seed, labels, tpe_batch):
 
 def search(prob: Problem, method: str, evals: int, *, seed: int = 0, box: float = 5.0,
            start: dict | None = None, batch: int | None = None, sigma0: float = 1.0,
-           tpe_batch: int = 1, progress=None) -> SearchResult:
+           tpe_batch: int = 1, guide_t: float = 0.1, progress=None) -> SearchResult:
     """Search ``prob``'s theta box with ``method`` (one of :data:`SEARCH_METHODS`) for
     exactly ``evals`` exact evaluations, the start point first.
 
@@ -211,9 +230,9 @@ def search(prob: Problem, method: str, evals: int, *, seed: int = 0, box: float 
     random search and the CMA-ES population (default: 2 x the number of coordinates,
     the size the gradient tuner's central differences compile). ``sigma0``: CMA-ES's
     initial step in theta space. ``tpe_batch``: TPE trials asked before telling (1:
-    sequential). ``progress(n_done, best)`` is called after every call into the
-    problem. The best value is the largest exact value the problem reported (a NaN
-    never wins).
+    sequential). ``guide_t``: the temperature of ``guided``'s relaxed gradients.
+    ``progress(n_done, best)`` is called after every call into the problem. The best
+    value is the largest exact value the problem reported (a NaN never wins).
     """
     check_method(method, evals)
     space = prob.space
@@ -221,7 +240,8 @@ def search(prob: Problem, method: str, evals: int, *, seed: int = 0, box: float 
     batch = 2 * len(flat) if batch is None else int(batch)
     for name, ok, want in (("box", box > 0, "> 0"), ("batch", batch >= 1, ">= 1"),
                            ("sigma0", sigma0 > 0, "> 0"),
-                           ("tpe_batch", tpe_batch >= 1, ">= 1")):
+                           ("tpe_batch", tpe_batch >= 1, ">= 1"),
+                           ("guide_t", guide_t > 0, "> 0")):
         if not ok:
             raise ValueError(f"search setting {name}: must be {want}")
     params = dict(space.base) if start is None else {**space.base, **start}
@@ -232,8 +252,11 @@ def search(prob: Problem, method: str, evals: int, *, seed: int = 0, box: float 
     try:
         if method == "random":
             _random(run, x0, box, seed, batch)
-        elif method == "cmaes":
-            _cmaes(run, x0, box, seed, batch, sigma0)
+        elif method in ("cmaes", "guided"):
+            def guide(x):
+                return flat.vec(prob.grad(flat.theta(x), guide_t)[1])
+            _cmaes(run, x0, box, seed, batch, sigma0,
+                   guide if method == "guided" else None)
         else:
             _tpe(run, x0, box, seed, flat.labels, tpe_batch)
     finally:
@@ -269,6 +292,7 @@ def search_fit(spec, st: FitSettings, method: str, evals: int, *, log=print,
     log(f"{method}: {evals} exact evaluations of {n} coordinate(s) in the theta box "
         f"+-{st.box:g}, the start point first")
     res = search(prob, method, evals, seed=st.seed, box=st.box, batch=batch,
+                 guide_t=float(np.median(st.temperatures)),
                  sigma0=sigma0, tpe_batch=tpe_batch, progress=progress)
     log(f"{method}: best exact objective {res.best_value:.6g} (start "
         f"{history[0]['exact']:.6g}; n_steps {prob.n_steps})")
