@@ -10,7 +10,7 @@ from experiments import stakes
 
 def test_a_small_run_reports_the_criterion_from_its_own_goodputs(tmp_path):
     out = tmp_path / "s"
-    assert stakes.main(["--out", str(out), "--cases", "builtin-tight", "--policies", "2",
+    assert stakes.main(["--out", str(out), "--cases", "builtin-tight", "--policies", "1",
                         "--realisations", "2", "--quick"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["stakes.json", "stakes.md"]
     res = json.loads((out / "stakes.json").read_text())
@@ -20,15 +20,15 @@ def test_a_small_run_reports_the_criterion_from_its_own_goodputs(tmp_path):
     for metric in ("goodput_rps", "goodput_expected_rps"):
         r = c[metric]
         vals = r["random"] + [r["default"]]
-        assert len(r["random"]) == 2 and min(vals) > 0
+        assert len(r["random"]) == 1 and min(vals) > 0
         assert r["best"] == max(vals) and r["worst"] == min(r["random"])
         assert r["best_over_worst"] == pytest.approx(r["best"] / r["worst"])
         assert r["best_over_default"] == pytest.approx(r["best"] / r["default"])
         assert r["meets"] == (r["best_over_worst"] >= stakes.BEST_OVER_WORST
                               and r["best_over_default"] >= stakes.BEST_OVER_DEFAULT)
         assert set(r["baselines"]) == set(stakes.BASELINES)
-    # the random policies are not all the default (they are drawn, not copied)
-    assert len(set(c["goodput_expected_rps"]["random"])) > 1
+    # the random policy is drawn, not the default copied
+    assert c["goodput_expected_rps"]["random"][0] != c["goodput_expected_rps"]["default"]
     assert "| builtin-tight | 200 |" in (out / "stakes.md").read_text()
 
 
