@@ -122,7 +122,7 @@ def run_case(name: str, fields: dict, n_policies: int, realisations: int,
     first = evaluate_many(jobs[:1], objective="goodput_expected_rps", log=_log)[0]
     rungs = RUNGS_AROUND_DEFAULT * first["goodput_rps"]
     res = [first] + evaluate_many(jobs[1:], objective="goodput_expected_rps",
-                                            rates=[rungs] * (len(jobs) - 1), log=_log)
+                                  rates=[rungs] * (len(jobs) - 1), log=_log)
     wall = time.perf_counter() - t
     out = {"spec": spec.to_dict(), "realisations": realisations,
            "distinct_realisations": distinct, "policies": n_policies,

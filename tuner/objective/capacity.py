@@ -35,8 +35,9 @@ import numpy as np
 from models.family import Metric
 from tuner.scenario.rates import scale_arrivals
 
-__all__ = ["CAPACITY_METRICS", "EXPECTED", "RTOL_EXPECTED", "TARGET", "LADDER", "ladder_rates", "goodput_from",
-           "ladder_metrics", "capacity_search", "drive", "exact_capacity"]
+__all__ = ["CAPACITY_METRICS", "EXPECTED", "RTOL_EXPECTED", "TARGET", "LADDER",
+           "ladder_rates", "goodput_from", "ladder_metrics", "capacity_search", "drive",
+           "exact_capacity"]
 
 TARGET = 0.9          # share of requests within both SLOs (DistServe; eLLM section 5)
 LADDER = (0.3, 1.5, 6)  # rungs: K rates geometric from lo to hi x the saturation rate
@@ -94,7 +95,7 @@ def ladder_metrics(run, inputs, rates, nominal_rps, target: float = TARGET) -> d
     k = rates.shape[0]
     good = goodput_from(rates, ms["slo_attainment"][:k], target)
     out = {name: jnp.interp(good, rates, v[:k]) for name, v in ms.items()}
-    if "slo_attainment_expected" in ms:  # NaN unless the runs keep their record
+    if "slo_attainment_expected" in ms:  # reported only by runs that keep their record
         out["goodput_expected_rps"] = goodput_from(rates, ms["slo_attainment_expected"][:k],
                                                    target)
     out.update(goodput_rps=good, goodput_scale=good / nominal_rps,
@@ -180,8 +181,7 @@ def capacity_search(rates, nominal_rps: float, target: float = TARGET,
     at = dict(runs[lo]) if lo in used else dict(runs[min(used)])
     at.update(goodput_rps=good, goodput_scale=good / nominal_rps,
               saturation_rps=sat["requests_per_s"], saturation_tps=sat["tps"])
-    cap = {"bracket_rps": [lo, hi], "runs": None,
-           "saturation_iterations": sat.get("iterations"),
+    cap = {"bracket_rps": [lo, hi], "saturation_iterations": sat.get("iterations"),
            "rungs": {f"{r:.6g}": runs[r]["slo_attainment"] for r in sorted(used)},
            "limited": hi is not None}
     if expected:
@@ -191,8 +191,7 @@ def capacity_search(rates, nominal_rps: float, target: float = TARGET,
         cap.update(expected_bracket_rps=[lo_e, hi_e],
                    expected_rungs={f"{r:.6g}": runs[r]["slo_attainment_expected"]
                                    for r in sorted(used_e)})
-    cap["runs"] = len(runs)
-    at["capacity"] = cap
+    at["capacity"] = {**cap, "runs": len(runs)}  # every run, both searches'
     return at
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from models import (get_system, metrics, simulate_until_done, simulate_until_done_many,
                     validate_params)
-from tuner.objective.capacity import EXPECTED, capacity_search
+from tuner.objective.capacity import capacity_search
 from tuner.objective.objectives import DEFAULT_OBJECTIVE, parse_objective
 from tuner.scenario import Scenario
 
@@ -116,7 +116,7 @@ def evaluate_many(jobs: list, *, objective: str = DEFAULT_OBJECTIVE, rates=None,
     if len(rates) != len(jobs):
         raise ValueError(f"evaluate_many: {len(rates)} rate ladders for {len(jobs)} jobs")
     if expected is None:
-        expected = bool(obj.metrics_used() & EXPECTED)
+        expected = obj.needs_record
     prepared, groups = [], {}
     for sc, system, params in jobs:
         obj.check_metrics(system)

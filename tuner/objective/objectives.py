@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 import jax.numpy as jnp
 
-from tuner.objective.capacity import CAPACITY_METRICS
+from tuner.objective.capacity import CAPACITY_METRICS, EXPECTED
 
 __all__ = ["Objective", "parse_objective", "DEFAULT_OBJECTIVE", "PRESETS", "metric_names",
            "is_share", "metric_spec"]
@@ -109,6 +109,13 @@ class Objective:
     def capacity(self) -> bool:
         """Whether the objective needs a rate ladder (names a capacity metric)."""
         return bool(self.metrics_used() & set(CAPACITY_METRICS))
+
+    @property
+    def needs_record(self) -> bool:
+        """Whether the objective reads a metric computed from the per-request record
+        (the expected attainment, ``tuner.objective.capacity.EXPECTED``): its runs must
+        keep the record."""
+        return bool(self.metrics_used() & EXPECTED)
 
     def _served(self, m: dict):
         # a capacity metric already counts what is not served in time (and a ladder's

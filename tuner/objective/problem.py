@@ -21,24 +21,18 @@ import numpy as np
 
 from models import Inputs, metrics, simulate
 from models.simulate import note_trace
-from tuner.objective.capacity import EXPECTED, ladder_metrics
+from tuner.objective.capacity import ladder_metrics
 from tuner.objective.objectives import Objective
 from tuner.scenario import Scenario
 from tuner.objective.space import Space
 
 __all__ = ["AROUND", "FD_SCHEMES", "Ladder", "Problem", "check_stackable", "measure",
-           "needs_record", "plan_ladder", "stack_inputs"]
+           "plan_ladder", "stack_inputs"]
 
 
 FD_SCHEMES = ("central", "forward")  # finite-difference schemes of Problem.fd
 AROUND = (0.6, 1.4, 5)  # rungs of a fit's ladder: lo, hi x the start's goodput, count
 HORIZON_CAP = 4         # a ladder's horizon: at most this x the saturation iterations
-
-
-def needs_record(objective: Objective) -> bool:
-    """Whether the objective reads a metric computed from the per-request record (the
-    expected attainment, ``tuner.objective.capacity.EXPECTED``)."""
-    return bool(objective.metrics_used() & EXPECTED)
 
 
 def check_stackable(scenarios: list[Scenario], system: str, record: bool = False):
@@ -191,7 +185,7 @@ class Problem:
         # a ladder of K rungs runs K + 1 simulations (the saturation rung) per scenario
         self.n_rungs = np.shape(rates)[-1] + 1 if objective.capacity else 1
         self.rates = None if rates is None else np.asarray(rates, np.float32)
-        opts = check_stackable(scenarios, system, needs_record(objective))
+        opts = check_stackable(scenarios, system, objective.needs_record)
         inputs = stack_inputs(scenarios, system)
         # one device model for the stack, or one per scenario (a fleet of presets)
         hws = [s.hw for s in scenarios]

@@ -156,12 +156,12 @@ def run_sweep(scenarios: list, system: str, param_sets: list[dict], *, n_steps: 
     req/s; default :func:`ladders`)."""
     from models import get_system
     from tuner.objective.objectives import parse_objective
-    from tuner.objective.problem import Ladder, check_stackable, needs_record, stack_inputs
+    from tuner.objective.problem import Ladder, check_stackable, stack_inputs
     spec, obj, n_sc = get_system(system), parse_objective(objective), len(scenarios)
     obj.check_metrics(system)
     if not scenarios or not param_sets or n_steps < 1 or batch < 1:
         raise ValueError("a sweep needs scenarios, parameter sets, n_steps, batch >= 1")
-    opts = check_stackable(scenarios, system, needs_record(obj))
+    opts = check_stackable(scenarios, system, obj.needs_record)
     sets = _validated(spec, param_sets, scenarios[0].cfg.max_len)
     if obj.capacity and rates is None:
         rates, _ = ladders(scenarios, system)
