@@ -51,6 +51,12 @@ def parse_args(argv=None):
                     help="host devices; >= 2 also runs the largest sweep sharded")
     ap.add_argument("--no-latency-hist", dest="latency_hist", action="store_false",
                     help="SimOptions(latency_hist=False): no TTFT/TPOT percentiles")
+    ap.add_argument("--max-run-s", type=float, default=None,
+                    help="skip a sweep whose run, projected from the system's best "
+                         "sweep so far, would take longer (a time box; the first "
+                         "sweep size always runs)")
+    ap.add_argument("--no-memory-scaling", dest="memory_scaling", action="store_false",
+                    help="leave out the state-size table (12 extra compiles)")
     ap.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
     ap.add_argument("--out", default=None, help="folder for bench_sim.json / .md")
     args = ap.parse_args(argv)
@@ -151,16 +157,25 @@ def state_bytes(kind, wl, cfg, params, window=10_000) -> int:
 
 
 def _timed(fn, *args):
-    """(compile s, run s of the second call, outputs, XLA temp bytes) of ``jit(fn)``."""
+    """(compile s, run s, outputs, XLA temp bytes) of ``jit(fn)``. The run is timed
+    after compiling ahead of time: a call of over a second once, a shorter one as the
+    median of five calls after one untimed call."""
     import jax
+    import numpy as np
 
     t0 = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
     comp = time.perf_counter() - t0
-    jax.block_until_ready(compiled(*args))
     t0 = time.perf_counter()
     out = jax.block_until_ready(compiled(*args))
     run = time.perf_counter() - t0
+    if run < 1.0:
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            out = jax.block_until_ready(compiled(*args))
+            times.append(time.perf_counter() - t0)
+        run = float(np.median(times))
     mem = compiled.memory_analysis()
     return comp, run, out, int(getattr(mem, "temp_size_in_bytes", 0) or 0)
 
@@ -217,6 +232,18 @@ def run_bench(args) -> dict:
                      "completed_mean": float(done["completed"]), "maxrss_mb": _rss_mb()})
         print(_fmt(rows[-1]), flush=True)
         for n in sizes:
+            # the first sweep always runs (a sweep's rate cannot be told from one
+            # config's); a larger one is projected from the best sweep so far
+            swept = [r["cfg_it_per_s"] for r in rows if r["system"] == kind
+                     and r["configs"] > 1 and "cfg_it_per_s" in r]
+            projected = n * args.steps / max(swept) if swept else 0.0
+            if args.max_run_s is not None and projected > args.max_run_s:
+                rows.append({**base, "configs": n, "devices": 1,
+                             "skipped": f"projected run {projected:.3g} s > "
+                                        f"--max-run-s {args.max_run_s:g}"})
+                print(f"{kind:6s} configs={n:4d} skipped: {rows[-1]['skipped']}",
+                      flush=True)
+                continue
             _, cfgs, ps, axes = _grid(kind, cfg, n)
             sweep = jax.vmap(one, in_axes=(axes, 0))
             runs = [(1, (cfgs, ps))]
@@ -234,7 +261,7 @@ def run_bench(args) -> dict:
                              "maxrss_mb": _rss_mb()})
                 print(_fmt(rows[-1]), flush=True)
     scaling = []
-    for n_req in (1000, args.requests):
+    for n_req in (1000, args.requests) if args.memory_scaling else ():
         wl_n, _, _ = _problem(n_req, args.slots)
         for slots in (64, 256):
             c = cfg.replace(n_slots=slots, max_batch=jnp.int32(slots))
@@ -246,6 +273,7 @@ def run_bench(args) -> dict:
                                 "temp_bytes_per_config": _sweep_temp(
                                     kind, window, wl_n, hw, cfgs, ps, axes) / 8})
     return {"settings": {**vars(args), "trace": TRACE, "devices_seen": jax.device_count(),
+                         "device_kind": jax.devices()[0].device_kind,
                          "cpu_count": os.cpu_count(), "jax": jax.__version__,
                          "xla_flags": os.environ.get("XLA_FLAGS", "")},
             "throughput": rows, "memory_scaling": scaling}
@@ -263,17 +291,25 @@ def to_markdown(res) -> str:
     s = res["settings"]
     head = (f"# bench_sim: {s['trace']}, first {s['requests']} requests, "
             f"{s['slots']} slots, {s['steps']} iterations per run")
-    note = (f"jax {s['jax']}, {s['cpu_count']} CPUs, {s['devices_seen']} host device(s); "
-            f"exact mode (T = 0); latency histograms {'on' if s['latency_hist'] else 'off'}; "
-            "run time = second call; XLA temp = the compiled run's temporary buffers.")
+    note = (f"jax {s['jax']}, {s['cpu_count']} CPUs, {s['devices_seen']} "
+            f"{s.get('device_kind', 'host')} device(s); exact mode (T = 0); latency "
+            f"histograms {'on' if s['latency_hist'] else 'off'}; run time = one call of "
+            "over 1 s, else the median of 5 after one untimed; XLA temp = the compiled "
+            "run's temporary buffers.")
     cols = ("| system | configs | devices | compile s | run s | config-it/s | "
             "state KiB/config | XLA temp KiB/config | peak RSS MiB |")
     lines = [head, "", note, "", cols, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in res["throughput"]:
+        if "skipped" in r:
+            lines.append(f"| {r['system']} | {r['configs']} | {r['devices']} | "
+                         f"skipped: {r['skipped']} | | | | | |")
+            continue
         lines.append(f"| {r['system']} | {r['configs']} | {r['devices']} | "
                      f"{r['compile_s']:.1f} | {r['run_s']:.3f} | {r['cfg_it_per_s']:,.0f} | "
                      f"{r['state_bytes_per_config'] / 1024:.1f} | "
                      f"{r['temp_bytes_per_config'] / 1024:.1f} | {r['maxrss_mb']:.0f} |")
+    if not res["memory_scaling"]:
+        return "\n".join(lines) + "\n"
     lines += ["", ("Memory per config (the workload is shared by all configs; XLA temp of "
                    "a compiled 8-config sweep):"), "",
               "| system | requests | slots | window | state KiB | XLA temp KiB/config |",

@@ -1,42 +1,65 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 30 as one short script (about 5 minutes on one H100/H200):
+# The GPU checks of issue 30 as one short script (under 8 minutes, 490 s of time limits, on one H100/H200):
 #   1. bench_sim on every family (one system each: paged, odma, ellm, token-pd,
 #      kunserve) at 1, 1,024 and 8,192 vmapped configs: config-iterations/s and the
-#      one-config iteration time (items 4 and 6);
-#   2. the main job (the README's fit command) from an empty compilation cache, then
+#      one-config iteration time (items 4 and 6); a sweep whose projected run is over
+#      $MAX_RUN_S (default 25 s) is reported as skipped, not run;
+#   2. profile_sim on the two slowest families (token-pd, kunserve) at 1,024 configs:
+#      GPU time by kernel and by kind of operation (item 4);
+#   3. the main job (the README's fit command) from an empty compilation cache, then
 #      again with the cache it filled: wall time of each (item 3).
-# Each part runs under its own time limit, so the result files of the parts that
-# finished come back even when one does not. Tested on CPU with QUICK=1 (small sizes).
+# Each part runs under its own time limit, so what the parts that finished wrote is kept
+# when one does not finish. Tested on CPU with QUICK=1 (small sizes).
 #
-# Usage (the device machine has the project's dependencies but no network, so the
-# checkout runs from PYTHONPATH rather than a pip install):
-#   OUT=/some/dir bash experiments/gpu_check.sh
-# Writes under $OUT (8 files): bench_sim.json, bench_sim.md, fit_cold.log, fit_warm.log,
-# policy_cold.json, policy_warm.json, times.txt, env.txt.
+# Usage (the device machine has the project's dependencies but no network and no
+# ../shared, so the checkout runs from PYTHONPATH and the trace travels in .gpu/):
+#   echo /.gpu/ >>.git/info/exclude; mkdir -p .gpu/traces
+#   cp ../shared/traces/azure-llm-2023-conv.csv .gpu/traces/
+#   OUT=/some/dir bash experiments/gpu_check.sh        # (device: carry .gpu)
+# SYSTEMS (comma-separated) and PROFILE_SYSTEMS (space-separated) narrow parts 1 and 2.
+# Writes $OUT/times.txt and $OUT/gpu_check.tgz (every result file: bench_sim.json/.md,
+# profile_<system>.json/.md, fit_{cold,warm}.log/.err, policy_{cold,warm}.json, env.txt,
+# gpu_check.json/.md: the parts' wall times and exit statuses, stamped).
 set -uo pipefail
 out=${OUT:?set OUT to the folder for the results}
-mkdir -p "$out"
+res=$out/gpu_check
+mkdir -p "$res"
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$(pwd) PYTHONUNBUFFERED=1
-python3 -c "import jax; print(jax.__version__, jax.devices())" >"$out/env.txt" 2>&1
+[ -d .gpu/traces ] && export KVTUNE_TRACES=$(pwd)/.gpu/traces
+{ python3 -c "import jax; print(jax.__version__, jax.devices())"; nvidia-smi -L; } \
+  >"$res/env.txt" 2>&1
+note() { echo "$*" | tee -a "$out/times.txt"; }
 if [ "${QUICK:-0}" = 1 ]; then
-  bench=(--quick --systems paged,odma)
+  bench=(--quick --systems paged,token-pd)
+  prof=(--quick)
   fit=(--n-requests 256 --budget 2)
 else
-  bench=(--steps 1024 --configs 1,1024,8192 --requests 10000
-         --systems paged,odma,ellm,token-pd,kunserve)
+  bench=(--steps 1024 --configs 1024,8192 --requests 10000
+         --systems "${SYSTEMS:-paged,odma,ellm,token-pd,kunserve}")
+  prof=(--configs 1024 --steps 256)
   fit=()
 fi
-timeout 170 python3 -m experiments.bench_sim "${bench[@]}" --out "$out" \
-  || echo "bench_sim: exit $? (timeout 170 s)" >>"$out/times.txt"
+start=$(date +%s)
+timeout 200 python3 -m experiments.bench_sim "${bench[@]}" --max-run-s "${MAX_RUN_S:-25}" \
+  --no-memory-scaling --out "$res" || note "bench_sim: exit $? (timeout 200 s)"
+note "bench_sim: $(( $(date +%s) - start )) s"
+for sys in ${PROFILE_SYSTEMS:-token-pd kunserve}; do
+  start=$(date +%s)
+  timeout 50 python3 -m experiments.profile_sim --system "$sys" "${prof[@]}" --out "$res" \
+    | tail -n 25 || note "profile_sim $sys: exit $? (timeout 50 s)"
+  note "profile_sim $sys: $(( $(date +%s) - start )) s"
+done
 cache=$(mktemp -d)
 for run in cold warm; do
   start=$(date +%s.%N)
   KVTUNE_JAX_CACHE=$cache timeout 100 python3 -m tuner.fit --export-anyway \
-    --out "$out/policy_$run.json" --log "$out/fit_$run.log" "${fit[@]}" >/dev/null
+    --out "$res/policy_$run.json" --log "$res/fit_$run.log" "${fit[@]}" >/dev/null 2>"$res/fit_$run.err"
   rc=$?
-  rm -f "$out/policy_$run.dataset.jsonl"  # the replay dataset: not needed, over the limits
+  rm -f "$res/policy_$run.dataset.jsonl"  # the replay dataset: not needed, large
   secs=$(python3 -c "print(round($(date +%s.%N) - $start, 1))")
-  echo "main job ($run compilation cache): exit $rc, $secs s whole process" \
-    >>"$out/times.txt"
+  note "main job ($run compilation cache): exit $rc, $secs s whole process"
 done
+python3 -m experiments.gpu_summary --times "$out/times.txt" --env "$res/env.txt" \
+  --out "$res" >/dev/null
+tar -czf "$out/gpu_check.tgz" -C "$out" gpu_check && rm -rf "$res"
 cat "$out/times.txt"
