@@ -1,7 +1,7 @@
 """Stakes: does the memory policy decide goodput on a deployment, before any tuning?
 
-``python -m experiments.stakes --out DIR [--cases a,b] [--policies 64] [--realisations 2]
-[--quick]``
+``python -m experiments.stakes --out DIR [--system odma] [--cases a,b] [--policies 64]
+[--realisations 2] [--quick]``
 
 Issue 31's criterion for a tuning problem worth having: over ``--policies`` random
 policies of the system (uniform in the same box of the unconstrained parameters as the
@@ -45,7 +45,8 @@ from tuner.common import compile_cache  # noqa: E402
 from tuner.common.atomic import (unwritable_reason, write_json_atomic,  # noqa: E402
                                  write_text_atomic)
 
-__all__ = ["CASES", "BEST_OVER_WORST", "BEST_OVER_DEFAULT", "main", "run_case", "render"]
+__all__ = ["CASES", "BEST_OVER_WORST", "BEST_OVER_DEFAULT", "main", "random_thetas",
+           "random_policies", "rank_agreement", "run_case", "render"]
 
 SYSTEM = "odma"
 BASELINES = ("static", "paged", "s3")
@@ -55,6 +56,7 @@ BOX = 5.0                 # the random search's box (tuner.search.blackbox.searc
 N = 1000
 # the rungs every policy's goodput search starts from, x the default's goodput
 RUNGS_AROUND_DEFAULT = np.geomspace(0.6, 1.4, 4)
+AGREE_T = (0.3, 0.1)      # the relaxed surrogate's temperatures in rank_agreement
 # (name, ScenarioSpec fields, one-line description)
 CASES = (
     ("builtin", dict(n_requests=N),
@@ -74,21 +76,53 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def random_policies(system: str, sc, n: int, seed: int = 0) -> list[dict]:
-    """``n`` policies uniform in ``[-BOX, BOX]`` of every unconstrained coordinate (the
-    random search's distribution), as physical parameters."""
+def random_thetas(system: str, sc, n: int, seed: int = 0):
+    """(space, ``n`` unconstrained points uniform in ``[-BOX, BOX]`` of every coordinate:
+    the random search's distribution) around the system's default."""
     from models import get_system, validate_params
     from tuner.objective.space import Space
     from tuner.search.blackbox import Flat
 
     spec = get_system(system)
-    base = validate_params(spec, {}, sc.cfg.max_len, sc.hw)
-    space = Space(spec, base)
+    space = Space(spec, validate_params(spec, {}, sc.cfg.max_len, sc.hw))
     flat = Flat(space)
     rng = np.random.default_rng(seed)
-    return [{k: np.asarray(v) for k, v in
-             space.to_params(flat.theta(rng.uniform(-BOX, BOX, len(flat)))).items()}
-            for _ in range(n)]
+    return space, [flat.theta(rng.uniform(-BOX, BOX, len(flat))) for _ in range(n)]
+
+
+def random_policies(system: str, sc, n: int, seed: int = 0) -> list[dict]:
+    """The physical parameters of :func:`random_thetas`."""
+    space, thetas = random_thetas(system, sc, n, seed)
+    return [{k: np.asarray(v) for k, v in space.to_params(th).items()} for th in thetas]
+
+
+def rank_agreement(scs, system: str, space, thetas: list, exact: list[float],
+                   temperatures=AGREE_T) -> dict:
+    """Kendall's tau between the exact expected goodput of the policies (default first,
+    then ``thetas``) and the tuner's surrogate of it: the fit's objective on its rate
+    ladder (``tuner.objective.problem``: fixed horizon, rungs around the default's
+    goodput, the same realisations as CRN stack) in relaxed mode at each temperature
+    and in exact mode (T = 0). Tells a user whether the relaxed objective orders
+    policies as the exact one does."""
+    import jax
+    from scipy import stats
+
+    from tuner.objective.objectives import parse_objective
+    from tuner.objective.problem import Problem, plan_ladder
+
+    zero = jax.tree.map(np.zeros_like, thetas[0])
+    every = [zero] + list(thetas)
+    rates, n_steps, _ = plan_ladder(list(scs), system, space.to_params(zero))
+    prob = Problem(list(scs), system, space, parse_objective("goodput_expected_rps"),
+                   n_steps, rates)
+    out = {"n": len(every), "horizon_steps": n_steps,
+           "rungs_rps": np.asarray(rates).tolist(), "tau": {}}
+    for t in (*temperatures, 0.0):
+        v = prob.batch(every, t=t)
+        tau = stats.kendalltau(v, exact).statistic
+        out["tau"][f"{t:g}"] = None if np.isnan(tau) else float(tau)
+        _log(f"  surrogate at T={t:g}: Kendall tau {tau:.2f} against the exact goodput")
+    return out
 
 
 def _ratios(default: float, randoms: list[float]) -> dict:
@@ -101,7 +135,7 @@ def _ratios(default: float, randoms: list[float]) -> dict:
 
 
 def run_case(name: str, fields: dict, n_policies: int, realisations: int,
-             quick: bool) -> dict:
+             quick: bool, system: str = SYSTEM, agreement: bool = True) -> dict:
     from tuner.objective.evaluate import evaluate_many
     from tuner.scenario import ScenarioSpec, build_scenario
 
@@ -109,8 +143,9 @@ def run_case(name: str, fields: dict, n_policies: int, realisations: int,
     scs = tuple(build_scenario(spec.replace(seed=s)) for s in range(realisations))
     distinct = len({np.asarray(sc.workload.pred_tokens).tobytes()
                     + np.asarray(sc.workload.arrival_s).tobytes() for sc in scs})
-    pols = random_policies(SYSTEM, scs[0], n_policies)
-    jobs = ([(scs, SYSTEM, {})] + [(scs, SYSTEM, p) for p in pols]
+    space, thetas = random_thetas(system, scs[0], n_policies)
+    pols = [{k: np.asarray(v) for k, v in space.to_params(th).items()} for th in thetas]
+    jobs = ([(scs, system, {})] + [(scs, system, p) for p in pols]
             + [(scs, b, {}) for b in BASELINES])
     _log(f"{name}: {len(jobs)} policies x {realisations} realisation(s) "
          f"({distinct} distinct), {int(np.sum(scs[0].workload.valid))} requests each")
@@ -139,6 +174,12 @@ def run_case(name: str, fields: dict, n_policies: int, realisations: int,
         r["meets"] = bool(r["best_over_worst"] >= BEST_OVER_WORST
                           and r["best_over_default"] >= BEST_OVER_DEFAULT)
         out[metric] = r
+    if agreement:
+        t = time.perf_counter()
+        out["agreement"] = rank_agreement(
+            scs, system, space, thetas,
+            [float(m["goodput_expected_rps"]) for m in res[:1 + n_policies]])
+        out["agreement"]["wall_s"] = time.perf_counter() - t
     _log(f"{name}: {wall:.0f} s; expected goodput default "
          f"{out['goodput_expected_rps']['default']:.3f}, best "
          f"{out['goodput_expected_rps']['best']:.3f}, worst "
@@ -177,6 +218,19 @@ def render(res: dict) -> str:
     for name, c in res["cases"].items():
         L.append(f"- **{name}**: {c['description']}; {c['wall_s']:.0f} s, "
                  f"{c['runs']} runs to completion.")
+    agree = {n: c["agreement"] for n, c in res["cases"].items() if "agreement" in c}
+    if agree:
+        ts = list(next(iter(agree.values()))["tau"])
+        L += ["", "Rank agreement (Kendall's tau) of the tuner's surrogate with the exact "
+              "expected goodput over the default and the random policies: the fit's "
+              "objective on its rate ladder (rungs around the default's goodput, fixed "
+              "horizon, the same realisations), relaxed at each temperature T and exact "
+              "at T = 0. 1: the same order; 0: unrelated.", "",
+              "| case | policies | " + " | ".join(f"T = {t}" for t in ts) + " |",
+              "|---|---:|" + "---:|" * len(ts)]
+        for n, a in agree.items():
+            L.append(f"| {n} | {a['n']} | " + " | ".join(
+                "-" if a["tau"][t] is None else f"{a['tau'][t]:.2f}" for t in ts) + " |")
     return "\n".join(L) + "\n"
 
 
@@ -192,8 +246,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="result folder")
     ap.add_argument("--cases", default=",".join(c[0] for c in CASES),
                     help="comma-separated case names (default: all)")
+    ap.add_argument("--system", default=SYSTEM,
+                    help=f"the system whose policies vary (default {SYSTEM})")
     ap.add_argument("--policies", type=int, default=64)
     ap.add_argument("--realisations", type=int, default=2)
+    ap.add_argument("--no-agreement", dest="agreement", action="store_false",
+                    help="leave out the relaxed-vs-exact rank agreement")
     ap.add_argument("--quick", action="store_true", help="small slices (a test)")
     args = ap.parse_args(argv)
     known = {c[0]: c for c in CASES}
@@ -207,6 +265,13 @@ def main(argv=None) -> int:
         if v < 1:
             print(f"error: {flag} {v}: must be >= 1", file=sys.stderr)
             return 2
+    from models import get_system, list_systems
+
+    if args.system not in list_systems() or not get_system(args.system).tunable():
+        print(f"error: --system {args.system!r}: not a system with tunable parameters "
+              f"({', '.join(x for x in list_systems() if get_system(x).tunable())})",
+              file=sys.stderr)
+        return 2
     why = unwritable_reason(args.out)
     if why:
         print(f"error: --out {args.out}: {why}", file=sys.stderr)
@@ -214,14 +279,15 @@ def main(argv=None) -> int:
     compile_cache.enable()
     import jax
 
-    res = {"system": SYSTEM, "policies": args.policies, "realisations": args.realisations,
+    res = {"system": args.system, "policies": args.policies, "realisations": args.realisations,
            "quick": args.quick, "cpus": os.cpu_count(), "jax": jax.__version__,
            "criterion": {"best_over_worst": BEST_OVER_WORST,
                          "best_over_default": BEST_OVER_DEFAULT}, "cases": {}}
     args.out.mkdir(parents=True, exist_ok=True)
     for name in names:
         _, fields, desc = known[name]
-        c = run_case(name, fields, args.policies, args.realisations, args.quick)
+        c = run_case(name, fields, args.policies, args.realisations, args.quick,
+                     args.system, args.agreement)
         c["description"] = desc
         res["cases"][name] = c
         _write(args.out, res)

@@ -30,12 +30,20 @@ def test_a_small_run_reports_the_criterion_from_its_own_goodputs(tmp_path):
     # the random policy is drawn, not the default copied
     assert c["goodput_expected_rps"]["random"][0] != c["goodput_expected_rps"]["default"]
     assert "| builtin-tight | 200 |" in (out / "stakes.md").read_text()
+    # the surrogate's rank agreement: the default and the random policy, each
+    # temperature and exact mode
+    a = c["agreement"]
+    assert a["n"] == 2 and set(a["tau"]) == {"0.3", "0.1", "0"}
+    assert all(t is None or -1 <= t <= 1 for t in a["tau"].values())
+    assert "Kendall" in (out / "stakes.md").read_text()
 
 
 @pytest.mark.parametrize("argv, msg", [
     (["--cases", "nope"], "--cases: unknown"),
     (["--policies", "0"], "--policies 0"),
     (["--realisations", "0"], "--realisations 0"),
+    (["--system", "fifo"], "--system 'fifo'"),
+    (["--system", "nope"], "--system 'nope'"),
 ])
 def test_bad_arguments_stop_before_any_work(tmp_path, capsys, argv, msg):
     out = tmp_path / "s"

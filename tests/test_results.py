@@ -80,6 +80,17 @@ def test_readme_stale_table_is_the_listers(results):
         "README's stale table is out of date: python3 -m experiments.stale --write-readme"
 
 
+def test_readme_speed_table_is_the_generated_one():
+    from experiments import speed_table
+
+    text = README.read_text(encoding="utf-8")
+    i = text.index(speed_table.BEGIN)
+    j = text.index(speed_table.END) + len(speed_table.END)
+    assert text[i:j] == speed_table.block(speed_table.rows()), \
+        "README's speed table is out of date: python3 -m experiments.speed_table " \
+        "--write-readme"
+
+
 def test_readme_figures_name_their_result(results):
     status = {}
     for r in results:
