@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from models import relax
 
 __all__ = ["DISPATCH_PER_STEP", "Loads", "loads", "dispatch", "drop", "restore_end", "restore_start",
-           "exchange_time"]
+           "exchange_time", "group_sizes", "group_sums"]
 
 INF = jnp.inf
 
@@ -29,16 +29,32 @@ def need(req):
     return req.target + 1.0
 
 
+def group_sizes(gid):
+    """[N] members of the group named by each row (0: no such group)."""
+    rows = jnp.arange(gid.shape[0])
+    return jnp.sum((gid[None, :] == rows[:, None]).astype(jnp.float32), axis=1)
+
+
+def group_sums(r, rg, mask, n: int):
+    """(held, queued, live, hol) by group row of the requests in ``mask`` ([R]),
+    counted afresh: a masked reduction per row ([N, R]), no scatter. Token sums are of
+    whole tokens, so they equal the state's running sums exactly (below 2 ** 24)."""
+    n_req = r.status.shape[0]
+    on = (rg[None, :] == jnp.arange(n)[:, None]) & mask[None, :]
+    q = on & (r.status == 1)[None]
+    held = jnp.sum(jnp.where(on & (r.status == 2)[None], r.kv[None], 0.0), axis=1)
+    queued = jnp.sum(jnp.where(q, need(r)[None], 0.0), axis=1)
+    live = jnp.sum((on & ((r.status == 1) | (r.status == 2) | (r.status == 4))[None])
+                   .astype(jnp.int32), axis=1)
+    hol = jnp.min(jnp.where(q, jnp.arange(n_req, dtype=jnp.int32)[None], n_req), axis=1)
+    return held, queued, live, hol
+
+
 def loads(s, n: int) -> Loads:
-    r = s.req
-    rg = s.gid[r.inst]
-    size = jnp.zeros(n, jnp.float32).at[s.gid].add(1.0)
-    run = r.status == 2
-    held = jnp.zeros(n, jnp.float32).at[rg].add(jnp.where(run, r.kv, 0.0)) + s.mig_res
-    queued = jnp.zeros(n, jnp.float32).at[rg].add(jnp.where(r.status == 1, need(r), 0.0))
-    act = (r.status == 1) | run | (r.status == 4)
-    busy = jnp.zeros(n, jnp.int32).at[rg].add(act.astype(jnp.int32)) > 0
-    return Loads(size=size, held=held, queued=queued, busy=busy, rg=rg)
+    """The groups' loads from the sums the state keeps (``s.held``, ``s.queued``,
+    ``s.live``: O(N), where summing over every request would be O(R) per call)."""
+    return Loads(size=group_sizes(s.gid), held=s.held + s.mig_res, queued=s.queued,
+                 busy=s.live > 0, rg=s.gid[s.req.inst])
 
 
 DISPATCH_PER_STEP = 16  # arrivals a step dispatches (more: the next step goes on)
@@ -48,28 +64,35 @@ def dispatch(s, arrival, t, ld: Loads):
     """Step 2: undispatched requests with arrival <= t to the least-loaded group, at most
     :data:`DISPATCH_PER_STEP` (a scan, so reverse-mode gradients pass). Returns
     ``(state, loads, more)``: ``more`` when arrivals <= t remain (the step then only
-    dispatches)."""
+    dispatches). The scan carries only the groups' sums; the requests it dispatches
+    (consecutive from ``head``) are written once after it."""
     n_req = arrival.shape[0]
 
     def body(c, _):
-        head, status, inst, queued, busy, iclock = c
+        head, queued, live, hol, iclock = c
         h = jnp.minimum(head, n_req - 1)
         go = (head < n_req) & (arrival[h] <= t)
         load = jnp.where(ld.size > 0, (ld.held + queued) / s.capw, INF)
         g = jnp.argmin(load).astype(jnp.int32)
         a = arrival[h]
-        iclock = jnp.where(go & (s.gid == g) & ~busy[g], jnp.maximum(iclock, a), iclock)
-        return (head + go.astype(jnp.int32), jnp.where(go, status.at[h].set(1), status),
-                jnp.where(go, inst.at[h].set(g), inst),
+        iclock = jnp.where(go & (s.gid == g) & (live[g] == 0), jnp.maximum(iclock, a),
+                           iclock)
+        return (head + go.astype(jnp.int32),
                 jnp.where(go, queued.at[g].add(s.req.target[h] + 1.0), queued),
-                jnp.where(go, busy.at[g].set(True), busy), iclock), None
+                jnp.where(go, live.at[g].add(1), live),
+                # h is above every queued index: the head of line only if none
+                jnp.where(go, hol.at[g].min(h), hol), iclock), \
+            (jnp.where(go, h, n_req), g)
 
-    c = (s.head, s.req.status, s.req.inst, ld.queued, ld.busy, s.iclock)
-    (head, status, inst, queued, busy, iclock), _ = jax.lax.scan(
+    c = (s.head, s.queued, s.live, s.hol, s.iclock)
+    (head, queued, live, hol, iclock), (idx, gs) = jax.lax.scan(
         body, c, None, length=DISPATCH_PER_STEP)
     more = (head < n_req) & (arrival[jnp.minimum(head, n_req - 1)] <= t)
-    s = s.replace(head=head, iclock=iclock, req=s.req.replace(status=status, inst=inst))
-    return s, ld._replace(queued=queued, busy=busy, rg=s.gid[inst]), more
+    # index n_req (not dispatched) is out of range: dropped
+    req = s.req.replace(status=s.req.status.at[idx].set(1, mode="drop"),
+                        inst=s.req.inst.at[idx].set(gs, mode="drop"))
+    s = s.replace(head=head, iclock=iclock, queued=queued, live=live, hol=hol, req=req)
+    return s, ld._replace(queued=queued, busy=live > 0, rg=s.gid[req.inst]), more
 
 
 def exchange_time(tokens, links, kvb, bw, chunk_bytes, t_chunk):
@@ -86,11 +109,10 @@ def drop(s, ld: Loads, t, p, x, hw, kvb, cfg, temp, enable=True):
     rows = jnp.arange(n)
     is_g = ld.size > 0
     elig = is_g & (s.x_end <= t) & ~s.restoring
-    # head-of-line queued request of each group: the smallest index
-    idx = jnp.arange(r.status.shape[0])
-    hol = jnp.full(n, r.status.shape[0], jnp.int32).at[ld.rg].min(
-        jnp.where(r.status == 1, idx, r.status.shape[0]).astype(jnp.int32))
-    has_hol = hol < r.status.shape[0]
+    # head-of-line queued request of each group: the smallest index (kept per group)
+    n_req = r.status.shape[0]
+    hol = s.hol
+    has_hol = hol < n_req
     need_hol = jnp.where(has_hol, need(r)[jnp.minimum(hol, r.status.shape[0] - 1)], 0.0)
     lim = (1.0 - p["margin"]) * s.capw
     thr = enable & elig & has_hol & (ld.held + need_hol > lim)
@@ -102,7 +124,7 @@ def drop(s, ld: Loads, t, p, x, hw, kvb, cfg, temp, enable=True):
     big = 4 * n * n
 
     def merge(c, _):
-        gid, size, alive, iclock, capw, held, x_end, fresh, freed, nm, xt = c
+        gid, size, alive, iclock, capw, held, x_end, fresh, freed, nm, xt, rows_, hol = c
         key = jnp.where(alive, size * n + rows, big)
         a = jnp.argmin(key)
         key2 = key.at[a].set(big)
@@ -127,12 +149,17 @@ def drop(s, ld: Loads, t, p, x, hw, kvb, cfg, temp, enable=True):
                 jnp.where(ok, x_end.at[lo].set(xe), x_end),
                 jnp.where(ok, fresh.at[lo].set(True).at[hi].set(False), fresh),
                 freed + jnp.where(ok, x.weight_tokens, 0.0), nm + ok.astype(jnp.int32),
-                xt + jnp.where(ok, 2.0 * tok, 0.0)), None
+                xt + jnp.where(ok, 2.0 * tok, 0.0),
+                # the state's group rows: sums add, the head of line is the smaller
+                tuple(upd(v, v[a] + v[b]) for v in rows_),
+                jnp.where(ok, hol.at[hi].set(n_req).at[lo].set(jnp.minimum(hol[a], hol[b])),
+                          hol)), None
 
     c0 = (s.gid, ld.size, elig, s.iclock, s.capw, ld.held, s.x_end,
-          jnp.zeros(n, bool), jnp.float32(0.0), jnp.int32(0), jnp.float32(0.0))
-    (gid, _, _, iclock, capw, _, x_end, fresh, _, nm, xt), _ = jax.lax.scan(
-        merge, c0, None, length=max(n - 1, 0))
+          jnp.zeros(n, bool), jnp.float32(0.0), jnp.int32(0), jnp.float32(0.0),
+          (s.held, s.queued, s.live), s.hol)
+    c, _ = jax.lax.scan(merge, c0, None, length=max(n - 1, 0))
+    gid, _, _, iclock, capw, _, x_end, fresh, _, nm, xt, (held, queued, live), hol = c
     rg = gid[r.inst]
     hit = (r.status == 2) & fresh[rg]
     new_stall = jnp.where(hit, jnp.maximum(r.stall, x_end[rg]), r.stall)
@@ -140,18 +167,20 @@ def drop(s, ld: Loads, t, p, x, hw, kvb, cfg, temp, enable=True):
     acc = s.acc.replace(drops=s.acc.drops + nm, exchanged=s.acc.exchanged + xt,
                         stall_s=s.acc.stall_s + stalled)
     s = s.replace(gid=gid, iclock=iclock, capw=capw, x_end=x_end, acc=acc,
+                  held=held, queued=queued, live=live, hol=hol,
                   req=r.replace(stall=new_stall))
     return s, nm
 
 
-def restore_end(s, g, t0, p, x, hw, kvb, C):
+def restore_end(s, g, t0, p, x, hw, kvb, C, active=True):
     """Step 6a: a restoring group whose pull ended splits into singletons; homes by a
-    balanced cut; running requests stall for the KV gather."""
+    balanced cut; running requests stall for the KV gather. Nothing happens unless
+    ``active`` (the step runs a round)."""
     n = s.gid.shape[0]
     r = s.req
     mem = s.gid == g
     k = jnp.sum(mem.astype(jnp.float32))
-    fire = s.restoring[g] & (t0 >= s.pull_end[g])
+    fire = active & s.restoring[g] & (t0 >= s.pull_end[g])
     rank = jnp.cumsum(mem.astype(jnp.int32)) - 1
     by_rank = jnp.argmax((rank[None, :] == jnp.arange(n)[:, None]) & mem[None, :], axis=1)
     rg = s.gid[r.inst]
@@ -164,7 +193,10 @@ def restore_end(s, g, t0, p, x, hw, kvb, C):
     m_q = jnp.mod(jnp.arange(r.status.shape[0]), jnp.maximum(k, 1.0).astype(jnp.int32))
     m = jnp.where(run, m_run.astype(jnp.int32), m_q)
     moved = ing & ((r.status == 1) | run | (r.status == 4))
-    inst = jnp.where(fire & moved, by_rank[m], r.inst)
+    home = jnp.broadcast_to(by_rank[0], m.shape)  # by_rank[m], as selects (no gather)
+    for j in range(1, n):
+        home = jnp.where(m == j, by_rank[j], home)
+    inst = jnp.where(fire & moved, home, r.inst)
     share = K * (1.0 - 1.0 / jnp.maximum(k, 1.0)) / jnp.maximum(k, 1.0)
     xs = exchange_time(share, 1.0, kvb, hw.network_bw, p["chunk_mib"] * 2.0 ** 20, x.t_chunk)
     stall = jnp.where(fire & run, jnp.maximum(r.stall, t0 + xs), r.stall)
@@ -173,11 +205,17 @@ def restore_end(s, g, t0, p, x, hw, kvb, C):
     acc = s.acc.replace(restores=s.acc.restores + fire.astype(jnp.float32),
                         exchanged=s.acc.exchanged + jnp.where(fire, K * (1.0 - 1.0 / jnp.maximum(k, 1.0)), 0.0),
                         stall_s=s.acc.stall_s + jnp.where(fire, jnp.sum(jnp.where(run, xs, 0.0)), 0.0))
+    r = r.replace(inst=inst, stall=stall)
+    # the new singletons' sums (each member is its own group: row = home)
+    held, queued, live, hol = group_sums(r, inst, moved, n)
     return s.replace(gid=jnp.where(split, rows, s.gid),
                      capw=jnp.where(split, C, s.capw),
                      x_end=jnp.where(split, t0 + xs, s.x_end),
                      restoring=jnp.where(split, False, s.restoring),
-                     acc=acc, req=r.replace(inst=inst, stall=stall))
+                     held=jnp.where(split, held, s.held),
+                     queued=jnp.where(split, queued, s.queued),
+                     live=jnp.where(split, live, s.live),
+                     hol=jnp.where(split, hol, s.hol), acc=acc, req=r)
 
 
 def restore_start(s, g, t0, ld: Loads, p, x, hw, kvb, C, cfg, temp):

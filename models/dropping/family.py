@@ -150,7 +150,10 @@ class _Dropping:
                          capw=capw.astype(jnp.float32),
                          x_end=jnp.full(n, -jnp.inf, jnp.float32),
                          restoring=jnp.zeros(n, bool), pull_end=jnp.zeros(n, jnp.float32),
-                         mig_res=jnp.zeros(n, jnp.float32), head=jnp.int32(0),
+                         mig_res=jnp.zeros(n, jnp.float32),
+                         held=jnp.zeros(n, jnp.float32), queued=jnp.zeros(n, jnp.float32),
+                         live=jnp.zeros(n, jnp.int32), hol=jnp.full(n, R, jnp.int32),
+                         head=jnp.int32(0),
                          clock=t0, it=jnp.int32(0), picked=jnp.int32(-1),
                          round_s=jnp.float32(0.0), acc=init_acc(DropAcc), rec=rec)
 

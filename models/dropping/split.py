@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax.numpy as jnp
+import numpy as np
 
 from hardware.roofline import iteration_time
 from models import relax
@@ -64,19 +65,37 @@ def layout(dec, chunk, kv, done, a, b) -> Items:
 
 def cost_cuts(it: Items, y, a, b):
     """Token offsets of cuts at cumulative costs ``y`` [J]: the smallest integer offset
-    whose cumulative cost reaches y (0 for y <= 0, n past the total)."""
-    y = jnp.asarray(y)[:, None]
-    inside = (it.tokens[None] > 0) & (it.cost0[None] < y) & (y <= it.cost0[None] + it.cost[None])
-    delta = y - it.cost0[None]
-    b1 = a * it.prefix[None] + a / 2.0 + b
-    root = 2.0 * delta / (b1 + jnp.sqrt(jnp.maximum(b1 * b1 + 2.0 * a * delta, 0.0)))
-    c = jnp.clip(jnp.ceil(root - 1e-4), 1.0, it.tokens[None])
-    # ceil of a float root can miss by one token: move to the smallest c reaching delta
-    c = jnp.where(_chunk_cost(a, b, it.prefix[None], c - 1.0) >= delta, c - 1.0, c)
-    c = jnp.where(_chunk_cost(a, b, it.prefix[None], c) < delta, c + 1.0, c)
-    c = jnp.clip(c, 1.0, it.tokens[None])
-    u = jnp.sum(jnp.where(inside, it.start[None] + c, 0.0), axis=1)
-    return jnp.where(y[:, 0] <= 0.0, 0.0, jnp.where(jnp.any(inside, axis=1), u, it.n))
+    whose cumulative cost reaches y (0 for y <= 0, n past the total).
+
+    The item holding a cut (``cost0 < y <= cost0 + cost``) is found by comparisons
+    alone; the offset inside it is solved for that item only. Adjacent items can both
+    hold y by a float32 rounding of their bounds (then their offsets are added, as a
+    sum over every item would); three cannot, as long as an item costs more than the
+    rounding of the cumulative cost (2^-23 of the round's)."""
+    y = jnp.asarray(y)
+    yc = y[:, None]
+    inside = ((it.tokens[None] > 0) & (it.cost0[None] < yc)
+              & (yc <= it.cost0[None] + it.cost[None]))
+    n_items = it.tokens.shape[0]
+    first = jnp.argmax(inside, axis=1)
+    last = n_items - 1 - jnp.argmax(inside[:, ::-1], axis=1)
+    any_in = jnp.any(inside, axis=1)
+
+    def offset(i):  # start + the cut's offset in item i ([J] each)
+        delta = y - it.cost0[i]
+        p, tok = it.prefix[i], it.tokens[i]
+        b1 = a * p + a / 2.0 + b
+        root = 2.0 * delta / (b1 + jnp.sqrt(jnp.maximum(b1 * b1 + 2.0 * a * delta, 0.0)))
+        c = jnp.clip(jnp.ceil(root - 1e-4), 1.0, tok)
+        # ceil of a float root can miss by one token: move to the smallest c reaching delta
+        c = jnp.where(_chunk_cost(a, b, p, c - 1.0) >= delta, c - 1.0, c)
+        c = jnp.where(_chunk_cost(a, b, p, c) < delta, c + 1.0, c)
+        c = jnp.clip(c, 1.0, tok)
+        return it.start[i] + c
+
+    u = jnp.where(any_in, offset(first), 0.0) + jnp.where(any_in & (last != first),
+                                                           offset(last), 0.0)
+    return jnp.where(y <= 0.0, 0.0, jnp.where(any_in, u, it.n))
 
 
 def token_cuts(n, B):
@@ -85,24 +104,37 @@ def token_cuts(n, B):
     return jnp.minimum(j * B, n)
 
 
-def _depth_cuts(it: Items, d, a, b):
-    j = jnp.arange(1, MAX_PIECES, dtype=jnp.float32)
-    frac = j / jnp.exp2(d.astype(jnp.float32))
-    return jnp.where(frac < 1.0, cost_cuts(it, frac * it.total, a, b), it.n)
+def _depth_cuts(it: Items, deepest, max_depth: int, d):
+    """The cuts ``j / 2^d`` of the cost (``j = 1 .. MAX_PIECES - 1``; ``n`` for
+    ``j >= 2^d``), taken from ``deepest``, the cuts at ``i / 2^max_depth``: the same
+    fractions (``j / 2^d = j 2^(max_depth - d) / 2^max_depth``, exact in float), so the
+    same cuts."""
+    j = jnp.arange(1, MAX_PIECES, dtype=jnp.int32)
+    if max_depth == 0:
+        return jnp.broadcast_to(it.n, j.shape)
+    i = jnp.left_shift(j, max_depth - d) - 1
+    return jnp.where(j < jnp.left_shift(1, d),
+                     deepest[jnp.clip(i, 0, deepest.shape[0] - 1)], it.n)
 
 
 def lookahead_pieces(it: Items, a, b, min_tokens, max_depth: int, t, scale):
     """(cuts at the chosen depth, cuts one level shallower, soft gate of the choice):
     the depth is the smallest d <= max_depth whose first microbatch has <= min_tokens
-    tokens (Fig. 11 stops when the first microbatch is small enough)."""
-    ds = jnp.arange(max_depth + 1, dtype=jnp.float32)
-    first = jnp.where(ds == 0, it.n, cost_cuts(it, it.total / jnp.exp2(ds), a, b))
+    tokens (Fig. 11 stops when the first microbatch is small enough). Every depth's
+    cuts are among the deepest's (the cost at ``i / 2^max_depth``), so the cost curve is
+    cut once."""
+    i = jnp.arange(1, 2 ** max_depth, dtype=jnp.float32)
+    deepest = cost_cuts(it, i / 2.0 ** max_depth * it.total, a, b)  # [2^max_depth - 1]
+    # the first cut at depth d >= 1: fraction 1 / 2^d, deepest index 2^(max_depth-d) - 1
+    firsts = [2 ** (max_depth - d) - 1 for d in range(1, max_depth + 1)]
+    first = jnp.concatenate([it.n[None], deepest[np.asarray(firsts, np.int32)]])
     ok = first <= min_tokens
     d = jnp.where(jnp.any(ok), jnp.argmax(ok), max_depth).astype(jnp.int32)
     first_d = first[d]
     gate = relax.soft_ge(min_tokens, first_d, t, scale, margin=0.25)
     gate = jnp.where(jnp.any(ok) & (d > 0), gate, 1.0)
-    return _depth_cuts(it, d, a, b), _depth_cuts(it, jnp.maximum(d - 1, 0), a, b), gate
+    return (_depth_cuts(it, deepest, max_depth, d),
+            _depth_cuts(it, deepest, max_depth, jnp.maximum(d - 1, 0)), gate)
 
 
 def pieces(it: Items, cuts) -> Pieces:

@@ -129,6 +129,12 @@ class DropState:
     restoring: jax.Array  # [N] bool the group is pulling its weights back
     pull_end: jax.Array   # [N] float32 when the pull ends
     mig_res: jax.Array    # [N] float32 tokens reserved by migrations into the group
+    # the groups' request sums, kept up to date so that a step need not sum over every
+    # request (row = gid; 0 in rows that name no group; see cluster.loads)
+    held: jax.Array       # [N] float32 summed kv of the group's running requests
+    queued: jax.Array     # [N] float32 summed need of its queued requests
+    live: jax.Array       # [N] int32 its queued, running and swapped requests
+    hol: jax.Array        # [N] int32 its smallest-index queued request (R: none)
     head: jax.Array       # [] int32 next request to dispatch
     clock: jax.Array      # [] float32 latest round end (the makespan's end)
     it: jax.Array         # [] int32 steps

@@ -9,8 +9,8 @@ import types
 import jax
 import jax.numpy as jnp
 
-from models.dropping.cluster import (dispatch, drop, loads, need, restore_end,
-                                     restore_start)
+from models.dropping.cluster import (dispatch, drop, group_sizes, loads, need,
+                                     restore_end, restore_start)
 from models.dropping.split import layout, lookahead_pieces, pieces, round_time, token_cuts
 from models.dropping.state import DropPolicy, DropState
 from models.server import finish_outcomes, prefix_gate
@@ -23,6 +23,13 @@ INF = jnp.inf
 def _last_true(mask):
     n = mask.shape[0]
     return n - 1 - jnp.argmax(mask[::-1])
+
+
+def _by_row(idx, mask, v, n: int):
+    """[N] sums of ``v`` over the requests in ``mask`` by row ``idx`` ([R] each): a
+    masked reduction per row, not a scatter (whole tokens: exact in any order)."""
+    on = (idx[None, :] == jnp.arange(n)[:, None]) & mask[None, :]
+    return jnp.sum(jnp.where(on, v[None, :], jnp.zeros((), v.dtype)), axis=1)
 
 
 def _migrate(s: DropState, g, t0, ld, dec0, kvb, bw):
@@ -41,9 +48,10 @@ def _migrate(s: DropState, g, t0, ld, dec0, kvb, bw):
     dest = jnp.argmax(free).astype(jnp.int32)
     ok = thr & ~out & jnp.any(cand) & (free[dest] >= r.kv[v])
     kv = r.kv[v]
-    req = r.replace(mig_to=jnp.where(ok, r.mig_to.at[v].set(dest), r.mig_to),
-                    mig_end=jnp.where(ok, r.mig_end.at[v].set(t0 + kv * kvb / bw), r.mig_end),
-                    mig_kv=jnp.where(ok, r.mig_kv.at[v].set(kv), r.mig_kv))
+    vi = jnp.where(ok, v, r.kv.shape[0])  # out of range (dropped) unless ok
+    req = r.replace(mig_to=r.mig_to.at[vi].set(dest, mode="drop"),
+                    mig_end=r.mig_end.at[vi].set(t0 + kv * kvb / bw, mode="drop"),
+                    mig_kv=r.mig_kv.at[vi].set(kv, mode="drop"))
     acc = s.acc.replace(migrations=s.acc.migrations + ok.astype(jnp.float32),
                         exchanged=s.acc.exchanged + jnp.where(ok, kv, 0.0))
     return s.replace(req=req, acc=acc,
@@ -54,19 +62,21 @@ def _cancel(s: DropState, mask):
     """Cancel the migrations of ``mask`` (finished or preempted requests)."""
     r = s.req
     m = mask & (r.mig_to >= 0)
-    res = s.mig_res.at[jnp.maximum(r.mig_to, 0)].add(jnp.where(m, -r.mig_kv, 0.0))
+    res = s.mig_res - _by_row(r.mig_to, m, r.mig_kv, s.mig_res.shape[0])
     return s.replace(mig_res=res, req=r.replace(mig_to=jnp.where(m, -1, r.mig_to),
                                                 mig_kv=jnp.where(m, 0.0, r.mig_kv)))
 
 
-def _next_event(s: DropState, g, t0, ing, arrival, hw):
+def _next_event(s: DropState, g, t0, ing, arrival, hw, migrate: bool):
     r = s.req
     n_req = arrival.shape[0]
     cands = jnp.stack([
         jnp.min(jnp.where(ing & (r.status == 2) & (r.stall > t0), r.stall, INF)),
         jnp.where(s.x_end[g] > t0, s.x_end[g], INF),
         jnp.where(s.restoring[g] & (s.pull_end[g] > t0), s.pull_end[g], INF),
-        jnp.min(jnp.where((r.mig_to >= 0) & (r.mig_end > t0), r.mig_end, INF)),
+        # only Llumnix migrates (elsewhere mig_to stays -1)
+        jnp.min(jnp.where((r.mig_to >= 0) & (r.mig_end > t0), r.mig_end, INF))
+        if migrate else jnp.float32(INF),
         jnp.where(s.head < n_req, arrival[jnp.minimum(s.head, n_req - 1)], INF),
     ])
     cands = jnp.where(cands > t0, cands, INF)
@@ -108,14 +118,20 @@ def step(state: DropState, inputs, hw, params, t, pol: DropPolicy, opts):
     # 5 migrations land
     if pol.migrate:
         r = s.req
-        land = (r.mig_to >= 0) & (r.mig_end <= t0)
-        res = s.mig_res.at[jnp.maximum(r.mig_to, 0)].add(jnp.where(land, -r.mig_kv, 0.0))
-        s = s.replace(mig_res=res, req=r.replace(
-            inst=jnp.where(land, r.mig_to, r.inst), mig_to=jnp.where(land, -1, r.mig_to),
-            mig_kv=jnp.where(land, 0.0, r.mig_kv)))
+        land = active & (r.mig_to >= 0) & (r.mig_end <= t0)
+        res = s.mig_res - _by_row(r.mig_to, land, r.mig_kv, n)
+        # the landed (running) requests move from their group to the destination's
+        src = s.gid[r.inst]
+        moved = _by_row(r.mig_to, land, r.kv, n) - _by_row(src, land, r.kv, n)
+        one = jnp.ones_like(r.status)
+        moved_n = _by_row(r.mig_to, land, one, n) - _by_row(src, land, one, n)
+        s = s.replace(mig_res=res, held=s.held + moved, live=s.live + moved_n,
+                      req=r.replace(inst=jnp.where(land, r.mig_to, r.inst),
+                                    mig_to=jnp.where(land, -1, r.mig_to),
+                                    mig_kv=jnp.where(land, 0.0, r.mig_kv)))
     # 6 restore
     if pol.drop and fo.restore:
-        s = restore_end(s, g, t0, p, x, hw, kvb, C)
+        s = restore_end(s, g, t0, p, x, hw, kvb, C, active)
         ld = loads(s, n)
         s = restore_start(s, g, t0, ld, p, x, hw, kvb, C, cfg, t)
     ld = loads(s, n)
@@ -123,7 +139,9 @@ def step(state: DropState, inputs, hw, params, t, pol: DropPolicy, opts):
     mem = s.gid == g
     k = jnp.sum(mem.astype(jnp.float32))
     cap = s.capw[g]
-    ing = ld.rg == g
+    # the round's requests; none unless the step runs a round, so that every request
+    # update below is masked (the state's request arrays need no final select)
+    ing = (ld.rg == g) & active
     running = (r.status == 2) & ing
     runnable = running & (r.stall <= t0)
     dec0 = runnable & (r.done >= r.target)
@@ -217,7 +235,8 @@ def step(state: DropState, inputs, hw, params, t, pol: DropPolicy, opts):
     T = T + jnp.where(it.n > 0, wait, 0.0)
     T = jnp.maximum(T, swap_tokens * kvb / hw.host_link_bw)
     work = (it.n > 0) | (swap_tokens > 0)
-    t1 = jnp.where(work, t0 + T, _next_event(s.replace(req=r), g, t0, ing, arrival, hw))
+    t1 = jnp.where(work, t0 + T,
+                   _next_event(s.replace(req=r), g, t0, ing, arrival, hw, pol.migrate))
     # 7h progress
     newdone = r.done + chunk
     made = pre & (chunk > 0) & (newdone >= r.target)
@@ -239,9 +258,18 @@ def step(state: DropState, inputs, hw, params, t, pol: DropPolicy, opts):
         s = _cancel(s, fin)
         r = s.req
     dt = t1 - t0
-    held_g = jnp.sum(jnp.where((r.status == 2) & ing, r.kv, 0.0)) + s.mig_res[g]
-    cl_held = jnp.sum(jnp.where(r.status == 2, r.kv, 0.0)) + jnp.sum(s.mig_res)
-    sizes = jnp.zeros(n, jnp.float32).at[s.gid].add(1.0)
+    # the group's rows afresh (only its requests changed in the round)
+    queued_g = (r.status == 1) & ing
+    kv_g = jnp.sum(jnp.where((r.status == 2) & ing, r.kv, 0.0))
+    live_g = ing & ((r.status == 1) | (r.status == 2) | (r.status == 4))
+    s = s.replace(held=s.held.at[g].set(kv_g),
+                  queued=s.queued.at[g].set(jnp.sum(jnp.where(queued_g, need(r), 0.0))),
+                  live=s.live.at[g].set(jnp.sum(live_g.astype(jnp.int32))),
+                  hol=s.hol.at[g].set(jnp.min(jnp.where(
+                      queued_g, jnp.arange(n_req, dtype=jnp.int32), n_req))))
+    held_g = kv_g + s.mig_res[g]
+    cl_held = jnp.sum(s.held) + jnp.sum(s.mig_res)
+    sizes = group_sizes(s.gid)
     cl_cap = jnp.sum(jnp.where(sizes > 0, s.capw, 0.0))
     wf = work.astype(jnp.float32)
     acc = acc.replace(
@@ -260,10 +288,14 @@ def step(state: DropState, inputs, hw, params, t, pol: DropPolicy, opts):
                           finish_iter=jnp.where(fin, it_, rec.finish_iter),
                           first_s=jnp.where(tok & jnp.isnan(rec.first_s), t1, rec.first_s),
                           finish_s=jnp.where(fin, t1, rec.finish_s))
-    new = s.replace(iclock=jnp.where(mem, t1, s.iclock), acc=acc, rec=rec)
-    out = jax.tree.map(lambda a, b: jnp.where(active, a, b), new, mid)
+    new = s.replace(iclock=jnp.where(mem, t1, s.iclock), acc=acc, rec=None, req=None)
+    # the cluster's rows and accumulators from the round if one ran; the requests and
+    # the record were only updated under masks within the round (``ing``)
+    out = jax.tree.map(lambda a, b: jnp.where(active, a, b), new,
+                       mid.replace(rec=None, req=None))
     out = out.replace(it=state.it + 1, clock=jnp.maximum(state.clock, jnp.where(active, t1, 0.0)),
                       picked=jnp.where(active, g, -1),
-                      round_s=jnp.where(active & work, T, 0.0))
-    fin_out = jax.tree.map(lambda a: jnp.where(active, a, jnp.zeros_like(a)), fin_out)
+                      round_s=jnp.where(active & work, T, 0.0), req=r, rec=rec)
+    # no completion without a round (fin is within ``ing``); a slot's TTFT and TPOT are
+    # read only where it completed
     return out, (jnp.where(active, cl_held, 0.0), fin_out)
