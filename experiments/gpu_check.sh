@@ -16,7 +16,8 @@
 #   echo /.gpu/ >>.git/info/exclude; mkdir -p .gpu/traces
 #   cp ../shared/traces/azure-llm-2023-conv.csv .gpu/traces/
 #   OUT=/some/dir bash experiments/gpu_check.sh        # (device: carry .gpu)
-# SYSTEMS (comma-separated) and PROFILE_SYSTEMS (space-separated) narrow parts 1 and 2.
+# SYSTEMS (comma-separated) and PROFILE_SYSTEMS (space-separated) narrow parts 1 and 2;
+# FIT_RUNS (cold warm host) and FIT_LIMIT_S (100) set part 3.
 # Writes $OUT/times.txt and $OUT/gpu_check.tgz (every result file: bench_sim.json/.md,
 # profile_<system>.json/.md, fit_{cold,warm}.log/.err, policy_{cold,warm}.json, env.txt,
 # gpu_check.json/.md: the parts' wall times and exit statuses, stamped).
@@ -50,14 +51,21 @@ for sys in ${PROFILE_SYSTEMS:-token-pd kunserve}; do
   note "profile_sim $sys: $(( $(date +%s) - start )) s"
 done
 cache=$(mktemp -d)
-for run in cold warm; do
+# FIT_RUNS: cold (empty compilation cache), warm (the cache cold filled), host (the
+# machine's CPUs, JAX_PLATFORMS=cpu, own empty cache): which main-job runs to time
+for run in ${FIT_RUNS:-cold warm}; do
   start=$(date +%s.%N)
-  KVTUNE_JAX_CACHE=$cache timeout 100 python3 -m tuner.fit --export-anyway \
-    --out "$res/policy_$run.json" --log "$res/fit_$run.log" "${fit[@]}" >/dev/null 2>"$res/fit_$run.err"
+  case $run in
+    host) envs=(JAX_PLATFORMS=cpu KVTUNE_JAX_CACHE=$(mktemp -d)); what="host CPUs, cold cache" ;;
+    *) envs=(KVTUNE_JAX_CACHE=$cache); what="GPU, $run compilation cache" ;;
+  esac
+  env "${envs[@]}" timeout "${FIT_LIMIT_S:-100}" python3 -m tuner.fit --export-anyway \
+    --out "$res/policy_$run.json" --log "$res/fit_$run.log" "${fit[@]}" \
+    >/dev/null 2>"$res/fit_$run.err"
   rc=$?
   rm -f "$res/policy_$run.dataset.jsonl"  # the replay dataset: not needed, large
   secs=$(python3 -c "print(round($(date +%s.%N) - $start, 1))")
-  note "main job ($run compilation cache): exit $rc, $secs s whole process"
+  note "main job ($what): exit $rc, $secs s whole process"
 done
 python3 -m experiments.gpu_summary --times "$out/times.txt" --env "$res/env.txt" \
   --out "$res" >/dev/null

@@ -89,6 +89,8 @@ def main(argv=None) -> int:
     ap.add_argument("--trace", default="default")
     ap.add_argument("--n-requests", type=int, default=600)
     ap.add_argument("--slots", type=int, default=256)
+    ap.add_argument("--capacity-tokens", type=int, default=None,
+                    help="KV capacity in tokens (default: the deployment's)")
     ap.add_argument("--temperatures", default="0.3,0.1,0.03,0.01")
     ap.add_argument("--crn", type=int, default=2)
     ap.add_argument("--h-relaxed", type=float, default=0.01)
@@ -97,7 +99,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     try:
         spec = ScenarioSpec(trace=a.trace, n_requests=a.n_requests, n_slots=a.slots,
-                            max_batch=a.slots)
+                            max_batch=a.slots, capacity_tokens=a.capacity_tokens)
         temps = [float(x) for x in a.temperatures.split(",")]
         res = run(spec, a.system, a.objective, temps, a.crn, a.h_relaxed, a.h_exact)
         res = {"provenance": provenance(), **res}
