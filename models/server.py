@@ -9,6 +9,7 @@ assignment, the latency histograms and the metric accumulators.
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -203,9 +204,12 @@ def prefix_sum(x):
         return prefix_sum(jnp.concatenate([xf, pad], -1))[..., :n].astype(dtype) \
             if jnp.issubdtype(dtype, jnp.floating) else \
             jnp.round(prefix_sum(jnp.concatenate([xf, pad], -1))[..., :n]).astype(jnp.int32)
+    # full float32 products: a GPU's default may use TF32 (10-bit mantissa) for float32
+    # matmuls, which would make sums above 2**11 inexact
+    mm = partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
     tri = jnp.triu(jnp.ones((16, 16), jnp.float32))
-    blocks = xf.reshape(x.shape[:-1] + (n // 16, 16)) @ tri
-    offsets = blocks[..., -1] @ jnp.triu(jnp.ones((n // 16, n // 16), jnp.float32), 1)
+    blocks = mm(xf.reshape(x.shape[:-1] + (n // 16, 16)), tri)
+    offsets = mm(blocks[..., -1], jnp.triu(jnp.ones((n // 16, n // 16), jnp.float32), 1))
     out = (blocks + offsets[..., None]).reshape(x.shape)
     if jnp.issubdtype(dtype, jnp.floating):
         return out.astype(dtype)

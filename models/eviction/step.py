@@ -36,7 +36,8 @@ def budget_tokens(params, cfg):
 
 
 class Returns(NamedTuple):
-    """Per unit (``[S, G + W]``: old groups, then ring entries) of every slot."""
+    """Per unit (``[S, G + W]``: old groups, then ring entries) of every slot, and the
+    per-slot normalisers the per-class values (:func:`_class_values`) are made of."""
 
     n: jax.Array       # tokens in the unit
     x: jax.Array       # kept
@@ -44,9 +45,13 @@ class Returns(NamedTuple):
     r_hat: jax.Array   # predicted return
     var: jax.Array     # predicted risk sigma^2
     k: jax.Array       # true class
+    kh: jax.Array      # predicted class
     ring: jax.Array    # [U] bool the unit is a ring entry
     age: jax.Array     # ring entries' age (0 newest), -1 for old groups
     length: jax.Array  # [S] L
+    h_tot: jax.Array   # [S, 1] sum of n * h_k (1 for an empty slot)
+    m_tot: jax.Array   # [S, 1] sum of n * m_k_hat (1 for an empty slot)
+    rec: jax.Array     # [S] a ring token's recency share w_r / min(L, W)
 
 
 def _length(sl: EvictSlots, stored=None):
@@ -78,14 +83,59 @@ def returns(sl: EvictSlots, ex, window: int, stored=None) -> Returns:
     h_tot = jnp.where(h_tot > 0, h_tot, 1.0)  # empty slots: no NaN in the gradient
     m_tot = jnp.where(m_tot > 0, m_tot, 1.0)
     w_r = ex.recency
+    rec_s = w_r / jnp.maximum(jnp.minimum(length, window), 1).astype(f32)
     rec = jnp.where(jnp.arange(N_GROUPS + window) >= N_GROUPS, 1.0, 0.0)[None, :] * (
-        w_r / jnp.maximum(jnp.minimum(length, window), 1).astype(f32))[:, None]
+        rec_s[:, None])
     a = rec + (1.0 - w_r) * ex.h[k] / h_tot
     r_hat = rec + (1.0 - w_r) * ex.m[kh] / m_tot
     var = ((1.0 - w_r) / m_tot) ** 2 * ex.v[kh]
     ring = jnp.arange(N_GROUPS + window) >= N_GROUPS
     age_u = jnp.concatenate([jnp.full((n_s, N_GROUPS), -1, jnp.int32), age], 1)
-    return Returns(n, x, a, r_hat, var, k, ring, age_u, length)
+    return Returns(n, x, a, r_hat, var, k, kh, ring, age_u, length, h_tot, m_tot, rec_s)
+
+
+# -- per class: a unit's returns depend only on its stream, its class and whether it is
+# in the ring, so the policies' orders and the clairvoyant's knapsack run over the
+# [S, 2K] (slot, ring?, class) entries, not over the [S, G + W] units
+
+def _class_values(ret: Returns, ex, by_true: bool):
+    """The realised share ``A`` (``by_true``: per true class) or the predicted return and
+    risk (per predicted class) of every (slot, ring?, class) entry, ``[S, 2K]`` (the old
+    groups' K classes, then the ring's): the same arithmetic as :func:`returns` per unit,
+    so a unit's value equals its entry's bit for bit."""
+    w_r = ex.recency
+    c = jnp.arange(2 * K_CLASSES) % K_CLASSES
+    rec = jnp.where(jnp.arange(2 * K_CLASSES) >= K_CLASSES, 1.0, 0.0)[None, :] * (
+        ret.rec[:, None])
+    if by_true:
+        return rec + (1.0 - w_r) * ex.h[c] / ret.h_tot
+    r_hat = rec + (1.0 - w_r) * ex.m[c] / ret.m_tot
+    var = ((1.0 - w_r) / ret.m_tot) ** 2 * ex.v[c]
+    return r_hat, var
+
+
+def _unit_values(v, ret: Returns, by_true: bool):
+    """Each unit's entry of the per-entry values ``v`` [S, 2K] (bool or number; entries
+    as :func:`_class_values`), ``[S, G + W]``: the old groups' by position (gid = k * K +
+    k_hat), the ring entries' by a select over the K classes."""
+    old = (jnp.repeat(v[:, :K_CLASSES], K_CLASSES, 1) if by_true
+           else jnp.tile(v[:, :K_CLASSES], (1, K_CLASSES)))
+    cls = (ret.k if by_true else ret.kh)[:, N_GROUPS:]
+    ring = jnp.broadcast_to(v[:, K_CLASSES:K_CLASSES + 1], cls.shape)
+    for c in range(1, K_CLASSES):
+        ring = jnp.where(cls == c, v[:, K_CLASSES + c:K_CLASSES + c + 1], ring)
+    return jnp.concatenate([old, ring], 1)
+
+
+def _class_totals(v, ret: Returns, by_true: bool):
+    """Per-slot sums of the unit amounts ``v`` [S, G + W] by entry, ``[S, 2K]``: the old
+    groups by reshaping (gid = k * K + k_hat), the ring entries by comparison."""
+    n_s = v.shape[0]
+    old = v[:, :N_GROUPS].reshape(n_s, K_CLASSES, K_CLASSES).sum(2 if by_true else 1)
+    cls = (ret.k if by_true else ret.kh)[:, None, N_GROUPS:]
+    ring = jnp.sum(jnp.where(cls == jnp.arange(K_CLASSES)[:, None], v[:, None, N_GROUPS:],
+                             0.0), 2)
+    return jnp.concatenate([old, ring], 1)
 
 
 def _take_in_order(amount, need, perm):
@@ -107,20 +157,28 @@ def _evict_old(x, n_s: int, elig, need, perm):
     return x - ex * frac[:, None], jnp.sum(take)
 
 
-def _h2o(ret: Returns, run, params, window: int):
-    """H2O per stream: the r newest kept; of the rest at most k, lowest class first
-    (old groups in gid order, then ring entries oldest first)."""
+def _h2o(ret: Returns, run, params):
+    """H2O per stream: the r newest kept; of the rest at most k, lowest true class
+    first (old groups in gid order, then ring entries oldest first). A unit's place in
+    that order without a sort: the lower classes' kept tokens, then its class's old
+    groups before it, then (ring entries) its class's older ring entries."""
     r, k_keep = params["r"], params["k"]
+    n_s = ret.x.shape[0]
     cand = run[:, None] & ~(ret.ring[None, :] & (ret.age < r))
-    u = jnp.arange(ret.n.shape[1])
-    key = ret.k * 1000 + jnp.where(ret.ring[None, :], 100 + (window - ret.age), u[None, :])
-    key = jnp.where(cand, key, _BIG)
-    perm = jnp.argsort(key, axis=1, stable=True)
-    xc = jnp.take_along_axis(jnp.where(cand, ret.x, 0.0), perm, 1)
+    xc = jnp.where(cand, ret.x, 0.0)
     excess = jnp.maximum(jnp.sum(xc, 1) - k_keep, 0.0)
-    before = jnp.cumsum(xc, 1) - xc
-    ev_s = jnp.clip(excess[:, None] - before, 0.0, xc)
-    ev = jnp.zeros_like(ret.x).at[jnp.arange(ret.x.shape[0])[:, None], perm].set(ev_s)
+    tot = _class_totals(xc, ret, by_true=True)                  # [S, 2K] old, ring
+    per_k = tot[:, :K_CLASSES] + tot[:, K_CLASSES:]
+    lower_k = jnp.cumsum(per_k, 1) - per_k
+    old = xc[:, :N_GROUPS].reshape(n_s, K_CLASSES, K_CLASSES)   # [S, k, k_hat]
+    old_before = lower_k[:, :, None] + (jnp.cumsum(old, 2) - old)
+    ring_cls = jnp.concatenate([lower_k, lower_k + tot[:, :K_CLASSES]], 1)  # [S, 2K]
+    kr, age, xr = ret.k[:, N_GROUPS:], ret.age[:, N_GROUPS:], xc[:, N_GROUPS:]
+    older = (kr[:, None, :] == kr[:, :, None]) & (age[:, None, :] > age[:, :, None])
+    ring_before = (_unit_values(ring_cls, ret, by_true=True)[:, N_GROUPS:]
+                   + jnp.sum(jnp.where(older, xr[:, None, :], 0.0), 2))
+    before = jnp.concatenate([old_before.reshape(n_s, N_GROUPS), ring_before], 1)
+    ev = jnp.clip(excess[:, None] - before, 0.0, xc)
     return ret.x - ev, jnp.sum(ev)
 
 
@@ -131,10 +189,33 @@ def _ukey(v):
     return jax.lax.bitcast_convert_type(i, jnp.uint32) ^ jnp.uint32(0x80000000)
 
 
+def _threshold(w, u, need):
+    """The smallest uint32 key ``T`` with ``sum(w[u <= T]) >= need`` (all ones when the
+    amounts ``w`` [N] fall short): a binary search over the key's 32 bits, top first,
+    one masked sum over N per bit (no scatter, no sort). Exact for integer-valued
+    amounts below 2**24.
+
+    The same passes, so the same result, on every backend: on CPU in a loop (unrolled,
+    XLA:CPU would recompute the keys inside every pass, ~3x slower), elsewhere unrolled
+    (on GPU each iteration of a loop waits for the host)."""
+
+    def bisect(i, thr):
+        low = (jnp.uint32(1) << (jnp.uint32(31) - i.astype(jnp.uint32))) - jnp.uint32(1)
+        short = jnp.sum(jnp.where(u <= (thr | low), w, 0.0)) < need
+        return jnp.where(short, thr | (low + jnp.uint32(1)), thr)
+
+    def looped():
+        return jax.lax.fori_loop(0, 32, bisect, jnp.uint32(0))
+
+    def unrolled():
+        return jax.lax.fori_loop(0, 32, bisect, jnp.uint32(0), unroll=True)
+
+    return jax.lax.platform_dependent(cpu=looped, default=unrolled)
+
+
 def _take_lowest(w, key, need):
     """Take ``need`` in total from the amounts ``w`` (flat) in increasing ``key``
-    (float32), ties by flat index: how much each entry gives. A radix select of the
-    threshold key (four 256-bin histograms) instead of a sort."""
+    (float32), ties by flat index: how much each entry gives."""
     w = jnp.maximum(w, 0.0)
     return jax.lax.cond(need > 0, _take_lowest_on, lambda w, k, n: jnp.zeros_like(w),
                         w, key, need)
@@ -142,18 +223,7 @@ def _take_lowest(w, key, need):
 
 def _take_lowest_on(w, key, need):
     u = _ukey(jax.lax.stop_gradient(key))
-    ws = jax.lax.stop_gradient(w)
-    # radix select, 8 bits at a time: the smallest key T with sum(w[u <= T]) >= need
-    thr, base = jnp.uint32(0), jnp.float32(0.0)
-    for shift in (24, 16, 8, 0):
-        same = (jnp.ones_like(u, bool) if shift == 24
-                else (u >> (shift + 8)) == (thr >> (shift + 8)))
-        digit = ((u >> shift) & jnp.uint32(0xFF)).astype(jnp.int32)
-        hist = jnp.zeros(256, jnp.float32).at[digit].add(jnp.where(same, ws, 0.0))
-        c = base + jnp.cumsum(hist)
-        b = jnp.minimum(jnp.sum(c < need), 255)
-        base = base + jnp.sum(jnp.where(jnp.arange(256) < b, hist, 0.0))
-        thr = thr | (b.astype(jnp.uint32) << shift)
+    thr = _threshold(jax.lax.stop_gradient(w), u, need)
     lower = u < thr
     rest = need - jnp.sum(jnp.where(lower, w, 0.0))
     tie = jnp.where(u == thr, w, 0.0)
@@ -161,18 +231,28 @@ def _take_lowest_on(w, key, need):
     return jnp.where(lower, w, jnp.clip(rest - before, 0.0, tie))
 
 
-def _heap(x, g, run, need):
-    """Token-PD's shared heap: evict ``need`` kept tokens in increasing excess ``g``,
-    ties by flat unit index."""
-    key = jnp.where(run[:, None], g, jnp.inf).reshape(-1)
-    ev = _take_lowest(x.reshape(-1), key, need)
-    return x - ev.reshape(x.shape), jnp.sum(ev)
+def _take_lowest_units(w, key, ret: Returns, need):
+    """:func:`_take_lowest` of the units' amounts ``w`` [S, G + W] whose keys are their
+    predicted-class entries' ``key`` [S, 2K] (Token-PD's heap and restores): the
+    threshold is found on the entries' totals (S * 2K amounts, not S * (G + W)); units
+    below it give everything, those at it give the rest in flat unit order."""
+    w = jnp.maximum(w, 0.0)
+    return jax.lax.cond(need > 0, _take_lowest_units_on,
+                        lambda w, k, r, n: jnp.zeros_like(w), w, key, ret, need)
 
 
-def _fill(amount, key, room):
-    """Take up to ``room`` from ``amount`` [S, U] in increasing ``key``, ties by flat
-    index (Token-PD's restores: the largest excess first)."""
-    return _take_lowest(amount.reshape(-1), key.reshape(-1), room).reshape(amount.shape)
+def _take_lowest_units_on(w, key, ret: Returns, need):
+    u = _ukey(jax.lax.stop_gradient(key))
+    tot = _class_totals(w, ret, by_true=False)
+    thr = _threshold(jax.lax.stop_gradient(tot).reshape(-1), u.reshape(-1), need)
+    rest = need - jnp.sum(jnp.where(u < thr, tot, 0.0))
+    lower = _unit_values(u < thr, ret, by_true=False)
+    tie = jnp.where(_unit_values(u == thr, ret, by_true=False), w, 0.0)
+    # before each unit in flat order: the earlier slots' ties, then the slot's own (a
+    # log-depth scan: XLA:CPU runs a cumsum of short rows as a windowed sum, ~4x slower)
+    row = jax.lax.associative_scan(jnp.add, tie, axis=1)
+    before = (jnp.cumsum(row[:, -1]) - row[:, -1])[:, None] + (row - tie)
+    return jnp.where(lower, w, jnp.clip(rest - before, 0.0, tie))
 
 
 def _preempt_latest(kept_s, grow_s, run, order, cap):
@@ -187,21 +267,13 @@ def _preempt_latest(kept_s, grow_s, run, order, cap):
     return run & ~keep
 
 
-def _oracle(ret: Returns, dec, budget):
+def _oracle(ret: Returns, ex, dec, budget):
     """The clairvoyant's utility: the largest sum x * A over the decoding streams'
     tokens with sum x <= budget (fractional knapsack). A token's share depends only on
     its stream, true class and whether it is in the ring, so the knapsack runs over
-    those 8 groups per stream."""
-    k = jax.nn.one_hot(ret.k, K_CLASSES, dtype=jnp.float32)          # [S, U, K]
-    ring = ret.ring[None, :, None]
-    n = jnp.where(dec[:, None], ret.n, 0.0)[:, :, None] * k
-    a = ret.a[:, :, None] * k
-    n8 = jnp.concatenate([jnp.sum(jnp.where(ring, 0.0, n), 1),
-                          jnp.sum(jnp.where(ring, n, 0.0), 1)], 1)    # [S, 2K]
-    # every token of a (stream, class, ring?) group has the same share: the largest
-    a8 = jnp.concatenate([jnp.max(jnp.where(ring, 0.0, a), 1),
-                          jnp.max(jnp.where(ring, a, 0.0), 1)], 1)
-    a8 = jnp.where(n8 > 0, a8, -1.0).reshape(-1)
+    those 2K entries per stream."""
+    n8 = _class_totals(jnp.where(dec[:, None], ret.n, 0.0), ret, by_true=True)  # [S, 2K]
+    a8 = jnp.where(n8 > 0, _class_values(ret, ex, by_true=True), -1.0).reshape(-1)
     take = _take_lowest(n8.reshape(-1), -a8, budget)
     return jnp.sum(take * jnp.maximum(a8, 0.0))
 
@@ -265,13 +337,14 @@ def step(st: EvictState, inputs, hw, params, t, pol: EvictPolicy, fopts, log: bo
     else:
         protected = f32(0.0)
     a_w = cfg.admit_window
-    perm0 = jnp.argsort(jnp.where(sl.status > 0, sl.order, _BIG))
-    pre_s = (sl.status == 2)[perm0]
-    rank = jnp.cumsum(pre_s.astype(jnp.int32)) - 1
-    pre_slot = jnp.full(a_w, n_s, jnp.int32).at[jnp.where(pre_s, rank, a_w)].set(
-        perm0.astype(jnp.int32), mode="drop")
-    n_pre = jnp.minimum(jnp.sum(sl.status == 2), a_w)
+    # the preempted streams in admission order (orders are distinct): the j-th is the
+    # one with j earlier ones
+    pre = sl.status == 2
+    rank = jnp.sum(pre[None, :] & (sl.order[None, :] < sl.order[:, None]), 1)
     j = jnp.arange(a_w, dtype=jnp.int32)
+    hit = pre[None, :] & (rank[None, :] == j[:, None])                      # [A, S]
+    pre_slot = jnp.where(jnp.any(hit, 1), jnp.argmax(hit, 1), n_s).astype(jnp.int32)
+    n_pre = jnp.minimum(jnp.sum(pre), a_w)
     is_pre = j < n_pre
     new = st.head + j - n_pre
     nc = jnp.clip(new, 0, n - 1)
@@ -292,14 +365,16 @@ def step(st: EvictState, inputs, hw, params, t, pol: EvictPolicy, fopts, log: bo
     n_adm = jnp.sum(adm)
     prefill_it = n_adm > 0
     drop = (n_run0 == 0) & ~prefill_it & present[0] & (c_need[0] > cap - cfg.watermark_tokens)
-    # place the admitted (new ones into free slots, preempted ones in place)
-    dst = jnp.where(adm, c_slot, n_s + j)
+    # place the admitted (new ones into free slots, preempted ones in place): each slot
+    # gathers its candidate, if any
+    lands = adm[None, :] & (c_slot[None, :] == jnp.arange(n_s)[:, None])    # [S, A]
+    placed = jnp.any(lands, 1)
+    src = jnp.argmax(lands, 1)
 
     def put(x, old):
-        return old.at[dst].set(x, mode="drop", unique_indices=True)
+        return jnp.where(placed.reshape((-1,) + (1,) * (old.ndim - 1)), x[src], old)
 
-    placed = put(jnp.ones(a_w, bool), jnp.zeros(n_s, bool))
-    first_adm = placed & ~put(is_pre, jnp.zeros(n_s, bool))
+    first_adm = placed & ~is_pre[src]
     readm = placed & ~first_adm
     new_old = put(ex.old0[nc], jnp.zeros_like(sl.old_n))
     new_ring = put(ex.ring0[nc], jnp.full_like(sl.ring_g, -1))
@@ -329,19 +404,27 @@ def step(st: EvictState, inputs, hw, params, t, pol: EvictPolicy, fopts, log: bo
         tier = stream_tier(sl.prompt, fopts.tier_bounds) if pol.tiered else None
         lam_s, delta_s, mu_s = (_per_stream(v, tier)
                                 for v in (params["lam"], params["delta"], mu))
-        g = ret.r_hat - lam_s * ret.var - mu_s
-        x = jnp.where(run[:, None], x * _soft(g, t, mu_s), x)
+        # the excess g of each (slot, ring?, predicted class) entry, [S, 2K]; a unit's
+        # keep and restore gates are its entry's
+        r_hat, var = _class_values(ret, ex, by_true=False)
+        g = r_hat - lam_s * var - mu_s
+
+        def per_unit(v):
+            return _unit_values(v, ret, by_true=False)
+
+        x = jnp.where(run[:, None], x * per_unit(_soft(g, t, mu_s)), x)
         need = jnp.maximum(jnp.sum(x) + jnp.sum(grow_s) - cap, 0.0)
-        x, _ = _heap(x, g, run, need)
+        # the shared heap: evict in increasing g, ties by flat unit index
+        x = x - _take_lowest_units(x, jnp.where(run[:, None], g, jnp.inf), ret, need)
         # restores: evicted tokens worth delta * mu, best first, into the room left
-        want = jnp.where(run[:, None], (ret.n - ret.x) * _soft(
-            g - delta_s * mu_s, t, mu_s), 0.0)
+        want = jnp.where(run[:, None], (ret.n - ret.x) * per_unit(_soft(
+            g - delta_s * mu_s, t, mu_s)), 0.0)
         room = jnp.maximum(cap - jnp.sum(grow_s) - jnp.sum(x), 0.0)
-        back = _fill(want, -g, room)
+        back = _take_lowest_units(want, -g, ret, room)
         x = x + back
         restored_s = jnp.sum(back, 1)
     elif pol.kind == "h2o":
-        x, _ = _h2o(ret, run, params, window)
+        x, _ = _h2o(ret, run, params)
     elif pol.kind in ("fifo", "lru"):
         perm = jnp.argsort(jnp.where(run, sl.order, _BIG))
         old = run[:, None] & ~ret.ring[None, :]
@@ -390,7 +473,7 @@ def step(st: EvictState, inputs, hw, params, t, pol: EvictPolicy, fopts, log: bo
     m_budget = budget_tokens(params, cfg)
     lost = jnp.sum(jnp.where(dec[:, None], (ret.n - x) * ret.a, 0.0))
     util = jnp.sum(jnp.where(dec[:, None], x * ret.a, 0.0))
-    oracle = _oracle(jax.lax.stop_gradient(ret), dec, m_budget)
+    oracle = _oracle(jax.lax.stop_gradient(ret), ex, dec, m_budget)
     peak = k_tot + jnp.sum(grow_s)
     # 6 appends, first tokens, completions
     progressed = dec | placed & ~preempt
