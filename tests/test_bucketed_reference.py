@@ -62,7 +62,10 @@ def test_exact_matches_reference_on_real_traces(kind, trace, start, n, cap, extr
 @st.composite
 def small_cases(draw):
     n = draw(st.integers(1, 40))
-    gaps = draw(st.lists(st.floats(0.0, 2.0), min_size=n, max_size=n))
+    # float32 gaps without subnormals: XLA on CPU flushes subnormals to zero (an arrival
+    # at 1e-45 s is at 0 for the simulator, not for NumPy); no trace has such a gap
+    gaps = draw(st.lists(st.floats(0.0, 2.0, width=32, allow_subnormal=False),
+                         min_size=n, max_size=n))
     prompt = draw(st.lists(st.integers(1, 300), min_size=n, max_size=n))
     output = draw(st.lists(st.integers(1, 256), min_size=n, max_size=n))
     ratio = draw(st.lists(st.floats(0.3, 3.0), min_size=n, max_size=n))
