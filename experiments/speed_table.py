@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from tuner.common.atomic import write_text_atomic
+from experiments import stale
 from tuner.common.provenance import ROOT
 
 __all__ = ["BEGIN", "END", "rows", "block", "main"]
@@ -39,8 +39,6 @@ def _g(x: float) -> str:
 
 def rows() -> list[dict]:
     """Every bench_sim result's systems: machine, 1-config it/s, the largest sweep."""
-    from experiments import stale
-
     status = {r.path: r.status for r in stale.scan()}
     out = []
     for f in sorted(RESULTS.glob("bench_sim*/bench_sim.json")):
@@ -83,18 +81,6 @@ def block(rs: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_readme(text_block: str) -> bool:
-    p = ROOT / "README.md"
-    text = p.read_text(encoding="utf-8")
-    i, j = text.find(BEGIN), text.find(END)
-    if i < 0 or j < i:
-        raise SystemExit(f"error: {p}: no {BEGIN} ... {END} block")
-    new = text[:i] + text_block + text[j + len(END):]
-    if new != text:
-        write_text_atomic(p, new)
-    return new != text
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.speed_table",
                                  description=__doc__.split("\n\n")[0])
@@ -103,7 +89,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     b = block(rows())
     if args.write_readme:
-        print("README.md: " + ("updated" if write_readme(b) else "already current"))
+        changed = stale.write_readme(b, BEGIN, END)
+        print("README.md: " + ("updated" if changed else "already current"))
     else:
         print(b)
     return 0

@@ -141,13 +141,15 @@ def _readme_path() -> Path:
     return ROOT / "README.md"
 
 
-def write_readme(block: str) -> bool:
+def write_readme(block: str, begin: str = BEGIN, end: str = END) -> bool:
+    """Replace the README's ``begin ... end`` block (markers included) with ``block``;
+    whether the file changed."""
     p = _readme_path()
     text = p.read_text(encoding="utf-8")
-    i, j = text.find(BEGIN), text.find(END)
+    i, j = text.find(begin), text.find(end)
     if i < 0 or j < i:
-        raise SystemExit(f"error: {p}: no {BEGIN} ... {END} block")
-    new = text[:i] + block + text[j + len(END):]
+        raise SystemExit(f"error: {p}: no {begin} ... {end} block")
+    new = text[:i] + block + text[j + len(end):]
     if new != text:
         write_text_atomic(p, new)
     return new != text
