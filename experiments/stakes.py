@@ -46,7 +46,7 @@ from tuner.common.atomic import (unwritable_reason, write_json_atomic,  # noqa: 
                                  write_text_atomic)
 
 __all__ = ["CASES", "BEST_OVER_WORST", "BEST_OVER_DEFAULT", "main", "random_thetas",
-           "random_policies", "rank_agreement", "run_case", "render"]
+           "rank_agreement", "run_case", "render"]
 
 SYSTEM = "odma"
 BASELINES = ("static", "paged", "s3")
@@ -88,12 +88,6 @@ def random_thetas(system: str, sc, n: int, seed: int = 0):
     flat = Flat(space)
     rng = np.random.default_rng(seed)
     return space, [flat.theta(rng.uniform(-BOX, BOX, len(flat))) for _ in range(n)]
-
-
-def random_policies(system: str, sc, n: int, seed: int = 0) -> list[dict]:
-    """The physical parameters of :func:`random_thetas`."""
-    space, thetas = random_thetas(system, sc, n, seed)
-    return [{k: np.asarray(v) for k, v in space.to_params(th).items()} for th in thetas]
 
 
 def rank_agreement(scs, system: str, space, thetas: list, exact: list[float],
