@@ -61,7 +61,31 @@ def pytest_configure(config):
         "shared traces directory ($KVTUNE_TRACES, else <repo>/../shared/traces)")
 
 
+# Test files in order of their wall time in one suite run (2 cores, 2026-11-26, each file
+# 25-170 s), longest first. The workers take whole files (``--dist loadfile``) in
+# collection order (``--no-loadscope-reorder``), so the longest start first and no worker
+# is left finishing a two-minute file alone at the end (longest-processing-time
+# scheduling). The order only moves time; a file missing here runs after these.
+LONGEST_FIRST = (
+    "test_invariants.py", "test_readme.py", "test_experiments_odma.py",
+    "test_dropping.py", "test_fit.py", "test_bucketed_relaxed.py",
+    "test_bucketed_reference.py", "test_tokenpd_reference.py", "test_sweep.py",
+    "test_experiments_ellm.py", "test_family_plugin.py", "test_calibration.py",
+    "test_bench_tuners.py", "test_search.py", "test_bad_input.py", "test_highdim.py",
+    "test_experiments_stakes.py", "test_experiments_tokenpd.py",
+    "test_experiments_kunserve.py", "test_batched_eval.py", "test_elastic.py",
+    "test_kunserve_reference.py", "test_tokenpd_tiers.py",
+)
+
+
+def _longest_first(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), order[id(item)]))
+
+
 def pytest_collection_modifyitems(config, items):
+    _longest_first(items)
     marked = [(item, [n for m in item.iter_markers("needs_traces") for n in m.args])
               for item in items if item.get_closest_marker("needs_traces")]
     if not marked:

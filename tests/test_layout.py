@@ -270,3 +270,14 @@ def test_the_circle_and_layer_checks_can_fail(tmp_path, monkeypatch):
     assert any("problem.py:2 -> tuner.search.fitting (layer 'objective'" in b for b in bad)
     assert any("problem.py:3 -> tuner.fit (an entry point" in b for b in bad)
     assert len(bad) == 2, bad
+
+
+def test_the_suites_longest_first_order_names_existing_files():
+    """``tests/conftest.py`` starts the longest test files first; a renamed or deleted
+    file left in its list would silently fall back to collection order."""
+    from tests.conftest import LONGEST_FIRST
+
+    here = Path(__file__).parent
+    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
+    missing = [n for n in LONGEST_FIRST if not (here / n).is_file()]
+    assert not missing, f"tests/conftest.py LONGEST_FIRST names missing files {missing}"
