@@ -84,7 +84,7 @@ def random_thetas(system: str, sc, n: int, seed: int = 0):
     from tuner.search.blackbox import Flat
 
     spec = get_system(system)
-    space = Space(spec, validate_params(spec, {}, sc.cfg.max_len, sc.hw))
+    space = Space(spec, validate_params(spec, {}, sc.cfg.max_len, sc.hw, sc.deployment))
     flat = Flat(space)
     rng = np.random.default_rng(seed)
     return space, [flat.theta(rng.uniform(-BOX, BOX, len(flat))) for _ in range(n)]

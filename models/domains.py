@@ -74,6 +74,30 @@ def _check_integer(v, p):
     return "must be an integer" if np.any(v != np.round(v)) else None
 
 
+def _check_int_range(v, p):
+    if np.any(v != np.round(v)):
+        return "must be an integer"
+    return (f"must lie in [{p.lower:g}, {p.upper:g}]"
+            if np.any((v < p.lower) | (v > p.upper)) else None)
+
+
+def _int_log_fwd(z, p):
+    """An integer in [lower, upper], log-scaled: ``round(lower * (upper / lower) **
+    sigmoid(z))``, the rounding straight-through (exact runs see integers)."""
+    x = p.lower * (p.upper / p.lower) ** jax.nn.sigmoid(z)
+    return x + jax.lax.stop_gradient(jnp.round(x) - x)
+
+
+def _int_log_inv(x, p):
+    s = jnp.log(x / p.lower) / math.log(p.upper / p.lower)
+    return _logit(jnp.clip(s, 1e-4, 1 - 1e-4))
+
+
+def _int_log_sample(rng, p, v0, max_len):
+    v = np.exp(rng.uniform(math.log(p.lower), math.log(p.upper), np.shape(v0)))
+    return np.clip(np.round(v), p.lower, p.upper)
+
+
 def _near_default(rng, v0, integer=False):
     """Within a factor of two of the default (log-uniform)."""
     v = v0 * np.exp(rng.uniform(-math.log(2), math.log(2), np.shape(v0)))
@@ -125,6 +149,8 @@ DOMAINS: dict[str, Domain] = {d.name: d for d in (
            lambda z, p: jnp.exp(z), lambda x, p: jnp.log(x)),
     Domain("integer", _check_integer,
            lambda rng, p, v0, max_len: _near_default(rng, v0, integer=True)),
+    # an integer setting spanning orders of magnitude (an engine's batch limits)
+    Domain("int_log", _check_int_range, _int_log_sample, _int_log_fwd, _int_log_inv),
 )}
 
 

@@ -42,11 +42,25 @@ class SystemSpec:
     defaults: object               # callable(max_len, hw=None) -> dict of values
     baselines: tuple[str, ...]     # the papers' baseline systems for comparisons
     sources: tuple[str, ...] = field(default=())
+    # defaults that depend on the deployment (an engine's own defaults for the device):
+    # ``defaults`` is then callable(max_len, hw, deployment)
+    device_defaults: bool = False
+    # callable(deployment, params) -> (field, reason) where the real server would refuse
+    # to start with ``params``, else None (None: the system never refuses)
+    refusal: object = None
 
-    def default_params(self, max_len: int, hw=None) -> dict:
+    def default_params(self, max_len: int, hw=None, deployment=None) -> dict:
         """Paper defaults as float32 arrays; ``hw`` (``hardware.RooflineParams``) lets a
-        default depend on the device (None: a device-free default)."""
-        return {k: np.asarray(v, np.float32) for k, v in self.defaults(max_len, hw).items()}
+        default depend on the device (None: a device-free default); a system with
+        ``device_defaults`` needs ``deployment`` (``hardware.Deployment``)."""
+        if self.device_defaults:
+            if deployment is None:
+                raise ValueError(f"{self.name}: its defaults are the engine's own for the "
+                                 "device; they need the scenario's deployment")
+            values = self.defaults(max_len, hw, deployment)
+        else:
+            values = self.defaults(max_len, hw)
+        return {k: np.asarray(v, np.float32) for k, v in values.items()}
 
     def tunable(self) -> tuple[ParamSpec, ...]:
         return tuple(p for p in self.params if p.tunable)
@@ -75,10 +89,16 @@ def list_systems() -> list[str]:
     return sorted(_SYSTEMS)
 
 
-def validate_params(spec: SystemSpec, params: dict, max_len: int, hw=None) -> dict:
-    """Check names, shapes and domains; return float32 arrays. Errors name the field."""
-    defaults = spec.default_params(max_len, hw)
+def validate_params(spec: SystemSpec, params: dict, max_len: int, hw=None,
+                    deployment=None) -> dict:
+    """Check names, shapes and domains; return float32 arrays. Errors name the field.
+    A system with ``device_defaults`` needs ``deployment`` unless ``params`` gives every
+    parameter."""
     known = {p.name: p for p in spec.params}
+    if spec.device_defaults and deployment is None and set(params) >= set(known):
+        defaults = {k: np.asarray(params[k], np.float32) for k in known}  # shapes only
+    else:
+        defaults = spec.default_params(max_len, hw, deployment)
     unknown = set(params) - set(known)
     if unknown:
         raise ValueError(f"{spec.name}: unknown parameter(s) {sorted(unknown)}; "

@@ -59,6 +59,25 @@ def config(capacity, *, n_slots=32, admit_window=8, max_len=1024, max_batch=None
         n_slots=n_slots, admit_window=admit_window, max_len=max_len, chunked=chunked)
 
 
+def engine_deployment(max_model_len: int = 1024):
+    """A vLLM V1 deployment of DEP's model and device (the ``vllm-v1`` system's memory
+    profile) with a short ``max_model_len`` so that small KV capacities start."""
+    return hardware.make_deployment(DEP.device, DEP.model, tp=1, engine="vllm-v1",
+                                    engine_args={"max_model_len": max_model_len})
+
+
+def engine_util_for(dep, tokens: float, *, seqs: int, batched: int) -> float:
+    """The ``gpu_memory_utilization`` that leaves about ``tokens`` KV tokens on ``dep``
+    at these batch limits (the memory profile's arithmetic, solved for it)."""
+    from hardware.memory_profile import activation_peak_bytes
+
+    prof = dep.profile
+    act = activation_peak_bytes(prof.model, tp=1, max_num_batched_tokens=batched,
+                                max_num_seqs=seqs, version="v1")["peak"]
+    need = prof.weights_bytes + prof.non_torch_bytes + act + tokens * prof.kv_bytes_per_token
+    return float(need / prof.total_bytes)
+
+
 def params_for(kind, max_len, **over):
     p = get_system(kind).default_params(max_len)
     p.update({k: np.asarray(v, np.float32) for k, v in over.items()})

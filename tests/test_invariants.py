@@ -12,10 +12,14 @@ import pytest
 import tests.fixture_family  # noqa: F401  (registers the fixture family)
 from models import (family_of, get_system, list_systems, make_inputs, make_options,
                     make_workload, metrics, simulate, simulate_until_done)
-from tests.sim_fixtures import DEP, HW, config
+from tests.sim_fixtures import DEP, HW, config, engine_deployment, engine_util_for
 
 SYSTEMS = list_systems()
 N, MAX_LEN, CAP = 64, 256, 3000.0
+# an engine system (vllm-v1): max_model_len 1024 and the memory utilisation that leaves
+# about CAP KV tokens at 12 sequences / 800 batched tokens
+ENGINE_DEP = engine_deployment(1024)
+ENGINE_UTIL = engine_util_for(ENGINE_DEP, CAP, seqs=12, batched=800)
 
 
 def _workload(seed):
@@ -28,10 +32,20 @@ def _workload(seed):
 
 def _setup(system, seed=0, record=True):
     opts = make_options(system, block=4, record=record)
-    cfg = config(CAP, n_slots=16, admit_window=4, max_len=MAX_LEN, max_prefill=800.0)
-    params = {k: jnp.asarray(v)
-              for k, v in get_system(system).default_params(MAX_LEN, HW).items()}
-    return make_inputs(_workload(seed), cfg, opts, deployment=DEP), params, opts
+    spec = get_system(system)
+    if spec.device_defaults:  # an engine system: its arguments set the KV capacity
+        dep = ENGINE_DEP
+        cfg = config(CAP, n_slots=16, admit_window=4, max_len=MAX_LEN, max_prefill=800.0,
+                     chunked=True)
+        params = spec.default_params(MAX_LEN, HW, dep)
+        params.update(max_num_seqs=np.float32(12), max_num_batched_tokens=np.float32(800),
+                      gpu_memory_utilization=np.float32(ENGINE_UTIL))
+    else:
+        dep = DEP
+        cfg = config(CAP, n_slots=16, admit_window=4, max_len=MAX_LEN, max_prefill=800.0)
+        params = spec.default_params(MAX_LEN, HW)
+    params = {k: jnp.asarray(v) for k, v in params.items()}
+    return make_inputs(_workload(seed), cfg, opts, deployment=dep), params, opts
 
 
 def _limit(inputs, params, opts):

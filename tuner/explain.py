@@ -205,8 +205,9 @@ def render(doc: dict) -> str:
     params = _parameters(doc)
     if params:
         out += ["", "Parameters",
-                *_table(["name", "value", "unit", "meaning"],
-                        [[p.get("name"), _fmt(p.get("value")), p.get("unit", ""),
+                *_table(["name", "value", "default", "unit", "meaning"],
+                        [[p.get("name"), _fmt(p.get("value")),
+                          _fmt(p.get("paper_default")), p.get("unit", ""),
                           p.get("meaning", "")] for p in params])]
     out += _deployment(doc.get("deployment"))
     out += _metrics(doc)

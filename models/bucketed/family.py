@@ -9,7 +9,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from models.bucketed import memory, window
+from models.bucketed import engine, memory, window
 from models.bucketed.policies import get_policy
 from models.bucketed.state import (BucketAcc, BucketOptions, BucketRecord, BucketSlots,
                                    SimState)
@@ -52,7 +52,17 @@ class _Bucketed:
         return BucketOptions(**settings)
 
     def extra(self, wl, cfg, opts: SimOptions, history=None, deployment=None):
-        """ODMA: the window prior (``window`` lengths); None for fixed-bound systems."""
+        """ODMA: the window prior (``window`` lengths); an engine system: its memory
+        profile's constants (``models.bucketed.engine``); None for the others."""
+        if get_policy(opts.system).engine:
+            if deployment is None:
+                raise ValueError(f"{opts.system}: its KV capacity comes from vLLM's memory "
+                                 "profile and needs the deployment (make_inputs(..., "
+                                 "deployment=...))")
+            if not cfg.chunked:
+                raise ValueError(f"{opts.system}: vLLM V1 schedules with chunked prefill; "
+                                 "build the scenario with scheduler 'chunked'")
+            return engine.engine_inputs(deployment)
         if not get_policy(opts.system).adaptive_bounds:
             return None
         return jnp.asarray(window.prior(wl, opts.family.window, cfg.max_len, history))
@@ -63,12 +73,14 @@ class _Bucketed:
         n_bounds = int(np.shape(params.get("levels", params.get("bounds", [0.0])))[0])
         win = window.init_window(ring, params, t, cfg, pol.adaptive_bounds, n_bounds)
         rec = init_record(wl.size, BucketRecord) if opts.record else None
+        own = engine.engine_cfg(cfg, params, inputs.extra) if pol.engine else None
         return SimState(slots=BucketSlots(**slot_fields(cfg.n_slots, BucketSlots)),
                         head=jnp.int32(0), clock=jnp.float32(0.0), it=jnp.int32(0),
-                        win=win, acc=init_acc(BucketAcc), rec=rec)
+                        win=win, acc=init_acc(BucketAcc), rec=rec, cfg=own)
 
     def step(self, state, inputs: Inputs, params, *, hw, t, opts: SimOptions):
-        return _step(state, inputs.wl, inputs.cfg, hw, params, t, _policy(opts),
+        cfg = inputs.cfg if state.cfg is None else state.cfg
+        return _step(state, inputs.wl, cfg, hw, params, t, _policy(opts),
                      log=opts.work_log)
 
     def sink(self, opts: SimOptions):
@@ -84,7 +96,15 @@ class _Bucketed:
         n_valid = jnp.sum(inputs.wl.valid)
         return (state.head >= n_valid) & ~jnp.any(state.slots.status > 0)
 
+    def memory_limit(self, inputs: Inputs, params, opts: SimOptions):
+        """Tokens the KV may never exceed: the capacity (an engine system's own)."""
+        if _policy(opts).engine:
+            return engine.engine_cfg(inputs.cfg, params, inputs.extra).capacity_tokens
+        return inputs.cfg.capacity_tokens
+
     def metrics(self, state, inputs: Inputs) -> dict:
+        if state.cfg is not None:  # an engine system: its own capacity and limits
+            inputs = dataclasses.replace(inputs, cfg=state.cfg)
         acc = state.acc
         done = jnp.maximum(acc.completed, 1e-9)
         return {
@@ -115,6 +135,8 @@ class _Bucketed:
         the values above, with the numeric parameters they use.
         """
         cfg, pol = inputs.cfg, _policy(opts)
+        if pol.engine:
+            cfg = engine.engine_cfg(cfg, params, inputs.extra)
         max_len = int(cfg.max_len)
         kv_bytes = float(cfg.kv_bytes_per_token)
         out = {"max_len_tokens": max_len, "kv_bytes_per_token_per_device": _real(kv_bytes)}
@@ -137,6 +159,12 @@ class _Bucketed:
             out["pools"]["large"] = {**_pool(large, kv_bytes),
                                      "share_of_capacity": _real(params["large_share"])}
         out["reservation"] = _rules(pol, params)
+        if pol.engine:  # what the engine arguments set (0 tokens: vLLM would not start)
+            out["engine"] = {"kv_capacity_tokens": _tokens(cfg.capacity_tokens),
+                             "max_num_seqs": _tokens(cfg.max_batch),
+                             "running_at_most": min(_tokens(cfg.max_batch), cfg.n_slots),
+                             "max_num_batched_tokens": _tokens(cfg.max_prefill),
+                             "starts": bool(float(cfg.capacity_tokens) > 0)}
         return out
 
 

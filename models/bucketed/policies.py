@@ -43,7 +43,8 @@ class BucketPolicy:
     ``priority``: running and preempted requests are ordered by (re)admission, vLLM's
     queues (else by slot); ``watermark``: admissions leave ``cfg.watermark_tokens`` free;
     ``borrow`` (set from the family option ``large_borrow``): the large pool may use free
-    normal-pool memory.
+    normal-pool memory; ``engine``: the server config comes from the engine arguments in
+    the parameters (``models.bucketed.engine``), not from the scenario.
     """
 
     reserve: Callable
@@ -56,6 +57,7 @@ class BucketPolicy:
     priority: bool = False
     watermark: bool = False
     borrow: bool = False
+    engine: bool = False
 
     @property
     def preempts(self) -> bool:
@@ -90,3 +92,6 @@ register_policy("odma-pb", BucketPolicy(reserve=reserve_routed_per_bucket,
                                         on_overflow=migrate, need_resume=resume_max_len,
                                         large_pool=True, adaptive_bounds=True,
                                         counts_overflows=True))
+register_policy("vllm-v1", BucketPolicy(reserve=reserve_block, on_overflow=grow_block,
+                                        need_resume=resume_block, chunk=_block_chunk,
+                                        priority=True, watermark=True, engine=True))

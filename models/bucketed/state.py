@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import jax
 from flax import struct
 
-from models.server import Record
+from models.server import Record, ServerConfig
 
 __all__ = ["BucketAcc", "BucketOptions", "BucketRecord", "BucketSlots", "PROB_SCALE",
            "SimState", "Window"]
@@ -122,3 +122,6 @@ class SimState:
     win: Window
     acc: BucketAcc
     rec: BucketRecord | None
+    # an engine system's server config (its parameters set capacity and batch limits;
+    # models.bucketed.engine), None where the scenario's applies
+    cfg: ServerConfig | None = None

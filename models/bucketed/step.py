@@ -177,7 +177,7 @@ def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, pol,
     sl, acc, fin, rec = _complete(  # 6
         sl, acc, st.rec, ad.take, first, clock, st.it, wl.size, t, cfg, pol, hw)
     new = SimState(slots=sl, head=head, clock=clock, it=st.it + 1, win=st.win, acc=acc,
-                   rec=rec)
+                   rec=rec, cfg=st.cfg)
     if log:
         return new, (jnp.sum(now), fin, IterLog(work=work, busy=busy, clock=clock))
     return new, (jnp.sum(now), fin)

@@ -7,7 +7,7 @@ import numpy as np
 
 from models.registry import ParamSpec, SystemSpec, register_system
 
-__all__ = ["STATIC", "PAGED", "S3", "ODMA", "ODMA_PB"]
+__all__ = ["STATIC", "PAGED", "S3", "ODMA", "ODMA_PB", "VLLM_V1"]
 
 ODMA_SRC = ("ODMA strategy paper (shared/seeds/odma-strategy.txt, III-B..D): gamma = 0.2, "
             "tau = 0.8, B = 4 buckets, window 10,000, refresh every 1,000 requests; the "
@@ -78,3 +78,50 @@ ODMA_PB = register_system(SystemSpec(
     baselines=("odma", "static", "s3", "paged"),
     sources=(ODMA_SRC, "16 buckets at levels evenly spaced in [0.1, 0.99] and "
              "per-bucket inflation are our extension (the papers use B = 4 and one gamma)")))
+
+
+def _vllm_v1_defaults(max_len, hw, deployment):
+    """vLLM V1's own defaults for the deployment's device (``vllm serve``) and
+    ``gpu_memory_utilization`` 0.9 (hardware.memory_profile.vllm_defaults)."""
+    from hardware.memory_profile import vllm_defaults
+
+    d = vllm_defaults(deployment.device, "v1", "openai_server")
+    return {"max_num_seqs": float(d["max_num_seqs"]),
+            "max_num_batched_tokens": float(d["max_num_batched_tokens"]),
+            "gpu_memory_utilization": 0.9,
+            "block_size": float(getattr(deployment.profile, "block_size", 16))}
+
+
+def _vllm_v1_refusal(deployment, params):
+    from models.bucketed.engine import refusal
+
+    return refusal(deployment, params)
+
+
+VLLM_V1 = register_system(SystemSpec(
+    name="vllm-v1", family="bucketed",
+    doc="vLLM V1 as operators run it, its engine arguments the policy: paged KV and "
+        "chunked prefill (paged's rules, scheduler 'chunked'); max_num_seqs bounds the "
+        "running requests, max_num_batched_tokens each step's token budget, and with "
+        "gpu_memory_utilization they set the KV capacity through vLLM's memory profile "
+        "(models.bucketed.engine). A setting vLLM refuses at start-up serves nothing.",
+    params=(
+        ParamSpec("max_num_seqs", "int_log", "sequences",
+                  "--max-num-seqs: running requests at most (the slot table bounds it)",
+                  8.0, 1024.0),
+        ParamSpec("max_num_batched_tokens", "int_log", "tokens",
+                  "--max-num-batched-tokens: tokens per step (decodes + prefill chunks)",
+                  64.0, 16384.0),
+        ParamSpec("gpu_memory_utilization", "interval", "share of device memory",
+                  "--gpu-memory-utilization: what vLLM may use (weights, activations, "
+                  "KV)", 0.5, 0.98),
+        ParamSpec("block_size", "integer", "tokens", "--block-size: KV block size (the "
+                  "deployment's; not tuned)", tunable=False),
+    ),
+    defaults=_vllm_v1_defaults, device_defaults=True, refusal=_vllm_v1_refusal,
+    baselines=("paged",),
+    sources=("vLLM V1 engine defaults: vllm/engine/arg_utils.py (PR #17885), see "
+             "hardware.memory_profile.vllm_defaults; ranges: max_num_seqs 8-1024 and "
+             "max_num_batched_tokens 64-16384 span vLLM's defaults and auto_tune's grids "
+             "(benchmarks/auto_tune); gpu_memory_utilization 0.5-0.98 (auto_tune starts "
+             "at 0.98)",)))

@@ -155,7 +155,8 @@ _simulate = jax.jit(simulate, static_argnames=("opts", "n_steps"))
 def schedule(sc, hw, system: str = "paged", params: dict | None = None):
     """Run ``system`` exactly under ``hw``; its :class:`Schedule` and the per-request
     (TTFT, TPOT) of the run (numpy; NaN for requests that did not finish)."""
-    p = validate_params(get_system(system), params or {}, sc.cfg.max_len, sc.hw)
+    p = validate_params(get_system(system), params or {}, sc.cfg.max_len, sc.hw,
+                        sc.deployment)
     p = {k: jnp.asarray(v) for k, v in p.items()}
     opts = sc.options(system, record=True)
     inputs = sc.inputs(system)  # built once: the exact run, the logged run, the check

@@ -27,7 +27,8 @@ from tuner.export import bench_dataset as bd
 from tuner.common.atomic import plain
 from tuner.scenario import PREDICTOR_CACHE, Scenario
 
-__all__ = ["FORMAT", "describe", "measure", "vllm_args", "write_measure_kit"]
+__all__ = ["FORMAT", "describe", "engine_scenario", "measure", "vllm_args",
+           "write_measure_kit"]
 
 FORMAT = "kvtune.deployment/1"
 GIB = 2.0 ** 30
@@ -255,6 +256,39 @@ def write_measure_kit(sc: Scenario, policy_path,
             for fmt in formats}
 
 
+def engine_scenario(sc: Scenario, params: dict) -> Scenario:
+    """The scenario as the engine system (``vllm-v1``) with ``params`` configures it:
+    the deployment and server config vLLM's memory profile gives at those engine
+    arguments (host side, float64), so the exported ``vllm serve`` arguments and KV
+    capacity are the tuned ones. Raises :class:`hardware.VllmRefusal` naming vLLM's
+    reason where it would not start."""
+    import dataclasses
+
+    prof = sc.deployment.profile
+    seqs = int(params["max_num_seqs"])
+    tokens = int(params["max_num_batched_tokens"])
+    util = float(f"{float(params['gpu_memory_utilization']):.7g}")  # float32's digits
+    block = int(params.get("block_size", prof.block_size))
+    dep = hardware.make_deployment(
+        prof.device, prof.model, tp=prof.tp, pp=prof.pp, mem_util=util,
+        n_devices=sc.deployment.n_devices, max_batched_tokens=tokens, max_num_seqs=seqs,
+        engine="vllm-v1",
+        engine_args={"max_model_len": prof.max_model_len, "block_size": block,
+                      "kv_cache_dtype": prof.kv_cache_dtype,
+                      "quantization": prof.quantization,
+                      "enforce_eager": prof.enforce_eager, "enable_chunked_prefill": True})
+    cap = float(dep.kv_capacity_tokens)
+    watermark = float(getattr(sc.spec, "watermark", 0.01))
+    cfg = sc.cfg.replace(capacity_tokens=jnp.float32(cap), max_batch=jnp.int32(seqs),
+                         max_prefill=jnp.float32(tokens),
+                         watermark_tokens=jnp.float32(np.floor(watermark * cap)))
+    # the spec the measurement kit's commands repeat (its slot table holds max_num_seqs)
+    spec = dataclasses.replace(sc.spec, max_batch=seqs, max_prefill=tokens,
+                               gpu_memory_utilization=util, block_size=block,
+                               n_slots=max(int(sc.spec.n_slots), seqs))
+    return dataclasses.replace(sc, spec=spec, deployment=dep, cfg=cfg)
+
+
 def describe(sc: Scenario, system: str, params: dict, *, policy_path=None) -> dict:
     """A JSON-ready description of ``system`` with ``params`` (human units, missing
     ones at their defaults) deployed as the scenario simulates it::
@@ -278,14 +312,32 @@ def describe(sc: Scenario, system: str, params: dict, *, policy_path=None) -> di
     and result files of ``measure`` (:func:`write_measure_kit` writes the datasets).
     """
     spec = get_system(system)
-    max_len, dep, cfg = sc.cfg.max_len, sc.deployment, sc.cfg
-    p = validate_params(spec, dict(params or {}), max_len, sc.hw)
-    defaults = spec.default_params(max_len, sc.hw)
+    max_len = sc.cfg.max_len
+    p = validate_params(spec, dict(params or {}), max_len, sc.hw, sc.deployment)
+    defaults = spec.default_params(max_len, sc.hw, sc.deployment)
+    sc_run = sc
+    if spec.refusal is not None:  # an engine system: the server its arguments configure
+        why = spec.refusal(sc.deployment, {k: float(v) for k, v in p.items()})
+        if why is not None:
+            raise ValueError(f"{system}: vLLM would refuse to start with these engine "
+                             f"arguments ({why[1]})")
+        sc = engine_scenario(sc, {k: float(v) for k, v in p.items()})
+    dep, cfg = sc.deployment, sc.cfg
+    vllm = vllm_args(sc, int(p["block_size"]) if "block_size" in p else VLLM_BLOCK_SIZE)
+    if spec.refusal is not None:
+        vllm["applies_to"] = f"the tuned {system} engine arguments"
+        seqs = int(vllm["args"]["--max-num-seqs"])
+        if seqs > int(sc_run.cfg.n_slots):
+            vllm["notes"].append(
+                f"--max-num-seqs {seqs} exceeds the simulated slot table "
+                f"({int(sc_run.cfg.n_slots)}): the simulation ran at most that many "
+                "requests at once; simulate with --slots >= it to model the rest")
     parameters = [{"name": ps.name, "value": _num(p[ps.name]), "unit": ps.unit,
                    "meaning": ps.doc, "paper_default": _num(defaults[ps.name])}
                   for ps in spec.params]
-    derived = deployment_values(sc.inputs(system), {k: jnp.asarray(v) for k, v in p.items()},
-                                sc.options(system))
+    derived = deployment_values(sc_run.inputs(system),
+                                {k: jnp.asarray(v) for k, v in p.items()},
+                                sc_run.options(system))
     cap = int(float(cfg.capacity_tokens))
     kv_bytes = float(cfg.kv_bytes_per_token)
     per_device = cap * kv_bytes
@@ -304,7 +356,6 @@ def describe(sc: Scenario, system: str, params: dict, *, policy_path=None) -> di
         "max_prefill_tokens_per_iteration": int(float(cfg.max_prefill)),
         "n_slots": int(cfg.n_slots), "max_position": int(dep.model.max_position),
     }
-    block = int(p["block_size"]) if "block_size" in p else VLLM_BLOCK_SIZE
     source = sc.prediction_source
     path = None
     if source == "predictor":
@@ -312,5 +363,5 @@ def describe(sc: Scenario, system: str, params: dict, *, policy_path=None) -> di
     predictor = {"source": source, "path": path,
                  "note": _PREDICTOR_NOTES.get(source, "length predictions: " + source)}
     return plain({"format": FORMAT, "system": system, "parameters": parameters,
-                  "derived": derived, "server": server, "vllm": vllm_args(sc, block),
+                  "derived": derived, "server": server, "vllm": vllm,
                   "predictor": predictor, "measure": measure(sc, policy_path)})

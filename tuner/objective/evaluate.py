@@ -28,7 +28,8 @@ MAX_LANES = 32  # runs per batched call at most (memory grows with the lanes)
 
 
 def _params(sc: Scenario, system: str, params) -> dict:
-    p = validate_params(get_system(system), params or {}, sc.cfg.max_len, sc.hw)
+    p = validate_params(get_system(system), params or {}, sc.cfg.max_len, sc.hw,
+                        sc.deployment)
     return {k: jnp.asarray(v) for k, v in p.items()}
 
 

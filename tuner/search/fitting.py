@@ -253,8 +253,10 @@ def build_problem(spec, st: FitSettings, log=lambda s: None,
     if len({s.cfg.max_len for s in scs}) > 1:
         raise ValueError("training windows differ in max_len; give --max-len")
     max_len = scs[0].cfg.max_len
-    default = validate_params(sys_spec, {}, max_len, scs[0].hw)
-    start = validate_params(sys_spec, st.start, max_len, scs[0].hw)
+    default = validate_params(sys_spec, {}, max_len, scs[0].hw,
+                              scs[0].deployment)
+    start = validate_params(sys_spec, st.start, max_len, scs[0].hw,
+                            scs[0].deployment)
     space = Space(sys_spec, start)
     if not space.names:
         raise ValueError(f"system {st.system!r} has no gradient-tunable parameters")
