@@ -45,7 +45,7 @@ from tuner.common import compile_cache  # noqa: E402
 from tuner.common.atomic import (unwritable_reason, write_json_atomic,  # noqa: E402
                                  write_text_atomic)
 
-__all__ = ["CASES", "BEST_OVER_WORST", "BEST_OVER_DEFAULT", "main", "random_thetas",
+__all__ = ["CASES", "BEST_OVER_WORST", "BEST_OVER_DEFAULT", "judge", "main", "random_thetas",
            "rank_agreement", "run_case", "render"]
 
 SYSTEM = "odma"
@@ -119,13 +119,25 @@ def rank_agreement(scs, system: str, space, thetas: list, exact: list[float],
     return out
 
 
-def _ratios(default: float, randoms: list[float]) -> dict:
-    best, worst = max(randoms + [default]), min(randoms)
-    return {"default": default, "best": best, "worst": worst,
-            "median_random": float(np.median(randoms)),
-            "best_over_worst": best / worst if worst > 0 else float("inf"),
-            "best_over_default": best / default if default > 0 else float("inf"),
-            "distinct_values": len({round(x, 9) for x in randoms + [default]})}
+def judge(default: float, others: list[float]) -> dict:
+    """Issue 31's stakes criterion on the default's goodput and a sample of the other
+    policies' (best over all, worst over the sample): the ratios, whether it ``meets``
+    both thresholds, and how many distinct values the sample holds."""
+    best, worst = max(others + [default]), min(others)
+    r = {"default": default, "best": best, "worst": worst,
+         "median_random": float(np.median(others)),
+         "best_over_worst": best / worst if worst > 0 else float("inf"),
+         "best_over_default": best / default if default > 0 else float("inf"),
+         "distinct_values": len({round(x, 9) for x in others + [default]})}
+    r["meets"] = bool(r["best_over_worst"] >= BEST_OVER_WORST
+                      and r["best_over_default"] >= BEST_OVER_DEFAULT)
+    return r
+
+
+def summary_line(name: str, wall: float, r: dict) -> str:
+    """The progress line a case ends with (expected goodput: default, best, worst)."""
+    return (f"{name}: {wall:.0f} s; expected goodput default {r['default']:.3f}, best "
+            f"{r['best']:.3f}, worst {r['worst']:.3f} req/s")
 
 
 def run_case(name: str, fields: dict, n_policies: int, realisations: int,
@@ -162,11 +174,9 @@ def run_case(name: str, fields: dict, n_policies: int, realisations: int,
            realisations}
     for metric in ("goodput_rps", "goodput_expected_rps"):
         vals = [float(m[metric]) for m in res]
-        r = _ratios(vals[0], vals[1:1 + n_policies])
+        r = judge(vals[0], vals[1:1 + n_policies])
         r["baselines"] = dict(zip(BASELINES, vals[1 + n_policies:]))
         r["random"] = vals[1:1 + n_policies]
-        r["meets"] = bool(r["best_over_worst"] >= BEST_OVER_WORST
-                          and r["best_over_default"] >= BEST_OVER_DEFAULT)
         out[metric] = r
     if agreement:
         t = time.perf_counter()
@@ -174,10 +184,7 @@ def run_case(name: str, fields: dict, n_policies: int, realisations: int,
             scs, system, space, thetas,
             [float(m["goodput_expected_rps"]) for m in res[:1 + n_policies]])
         out["agreement"]["wall_s"] = time.perf_counter() - t
-    _log(f"{name}: {wall:.0f} s; expected goodput default "
-         f"{out['goodput_expected_rps']['default']:.3f}, best "
-         f"{out['goodput_expected_rps']['best']:.3f}, worst "
-         f"{out['goodput_expected_rps']['worst']:.3f} req/s")
+    _log(summary_line(name, wall, out["goodput_expected_rps"]))
     return out
 
 
