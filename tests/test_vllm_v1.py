@@ -62,7 +62,9 @@ def test_capacity_equals_vllms_memory_profile(device, model, tp, max_model_len):
                                     max_model_len=max_model_len, max_num_batched_tokens=t,
                                     max_num_seqs=s, block_size=b, version="v1",
                                     strict=False, enable_chunked_prefill=True)
-            ok = p.refusal is None
+            # CUDA graphs are captured beyond gpu_memory_utilization: out of memory
+            # when what it leaves of the device is less than them
+            ok = p.refusal is None and (1 - u) * p.total_bytes >= p.cuda_graph_bytes
         except hardware.VllmRefusal:
             ok = False
         want.append(p.kv_cache_tokens if ok else 0)
@@ -110,6 +112,7 @@ def test_run_equals_paged_on_the_server_the_profile_gives():
 @pytest.mark.parametrize("seqs,tokens,util,field", [
     (64, 32, 0.9, "max_num_batched_tokens"),   # fewer batched tokens than sequences
     (12, 800, 0.05, "gpu_memory_utilization"),  # no memory left for one block
+    (12, 800, 0.995, "gpu_memory_utilization"),  # no room left for the CUDA graphs
 ])
 def test_refused_setting_serves_nothing_and_names_the_reason(seqs, tokens, util, field):
     dep, inputs, params, opts = _engine_setup(util, seqs, tokens)

@@ -17,8 +17,12 @@ config a run uses, inside the traced program, so they vmap and carry relaxed gra
   by the layers); ``capacity = blocks * block_size``. Exact mode reproduces the profile's ``kv_cache_tokens`` (a
   test checks it on a grid); relaxed mode keeps the floors' value with slope 1.
 - A setting vLLM refuses at start-up (``max_num_batched_tokens < max_num_seqs``, no
-  block left, or fewer KV tokens than ``max_model_len``) serves nothing: capacity 0, so
-  every request is dropped. :func:`refusal` names vLLM's reason on the host.
+  block left, or fewer KV tokens than ``max_model_len``), or one that runs out of
+  memory when it captures CUDA graphs after allocating the KV cache (``total *
+  gpu_memory_utilization`` plus the graphs above the device's memory: vLLM's own
+  ``benchmarks/auto_tune`` meets these as crashes and steps the utilisation down),
+  serves nothing: capacity 0, so every request is dropped. :func:`refusal` names the
+  reason on the host.
 
 All byte terms are carried in units of one token's K and V in one layer, so float32
 keeps the profile's block count. ``block_size`` is a parameter too (paged's, fixed at
@@ -56,6 +60,8 @@ class EngineInputs:
     per_row: jax.Array    # [] per sampled row: logits and their fp32 copies
     workspace: jax.Array  # [] the sampler's fixed workspace
     layers: jax.Array     # [] layers on this device
+    graphs: jax.Array     # [] CUDA graphs captured beyond gpu_memory_utilization (0 when
+    #                       eager, or when the profile already took them out of the KV)
     max_model_len: jax.Array  # [] tokens: vLLM refuses a cache smaller than this
 
 
@@ -79,12 +85,13 @@ def engine_inputs(deployment) -> EngineInputs:
     extra = prof.total_bytes * u - prof.weights_bytes - act - prof.non_torch_bytes \
         - prof.kv_cache_bytes
     extra = 0.0 if abs(extra) < 1.0 else extra
+    graphs = 0.0 if extra or prof.enforce_eager else prof.cuda_graph_bytes
     coef = activation_coefficients(prof.model, tp=prof.tp, version="v1")
     f = lambda x: jnp.float32(x / unit)  # noqa: E731
     return EngineInputs(
         total=f(prof.total_bytes), fixed=f(prof.weights_bytes + prof.non_torch_bytes + extra),
         forward=f(coef.forward), held=f(coef.held), per_row=f(coef.per_row),
-        workspace=f(coef.fixed), layers=jnp.float32(layers),
+        workspace=f(coef.fixed), layers=jnp.float32(layers), graphs=f(graphs),
         max_model_len=jnp.float32(prof.max_model_len))
 
 
@@ -110,7 +117,9 @@ def engine_cfg(cfg: ServerConfig, params, ex: EngineInputs) -> ServerConfig:
     bs = params["block_size"]
     blocks = kv_blocks(ex, seqs, tokens, params["gpu_memory_utilization"], bs)
     cap = blocks * bs
-    starts = (tokens >= seqs) & (blocks > 0) & (cap >= ex.max_model_len)
+    util = params["gpu_memory_utilization"]
+    starts = ((tokens >= seqs) & (blocks > 0) & (cap >= ex.max_model_len)
+              & (ex.total * util + ex.graphs <= ex.total))
     cap = jnp.where(starts, cap, 0.0)
     return cfg.replace(capacity_tokens=cap, max_batch=seqs, max_prefill=tokens,
                        watermark_tokens=_floor(WATERMARK * cap))
@@ -138,5 +147,15 @@ def refusal(deployment, params) -> tuple[str, str] | None:
             estimate_cudagraphs=any("ESTIMATE_CUDAGRAPHS" in n for n in prof.notes))
     except VllmRefusal as e:
         return e.field, str(e)
-    del p
+    graphs = 0.0 if p.enforce_eager or any("ESTIMATE_CUDAGRAPHS" in n for n in p.notes) \
+        else p.cuda_graph_bytes
+    if p.total_bytes * p.gpu_memory_utilization + graphs > p.total_bytes:
+        gib = 2.0 ** 30
+        left = p.total_bytes * (1 - p.gpu_memory_utilization) / gib
+        return "gpu_memory_utilization", (
+            f"gpu_memory_utilization: {p.gpu_memory_utilization:g} of "
+            f"{p.total_bytes / gib:.2f} GiB leaves {left:.2f} GiB, less than the CUDA "
+            f"graphs (~{graphs / gib:.2f} GiB) vLLM captures after allocating the KV "
+            "cache: out of memory at start-up (predicted; lower it or pass "
+            "--enforce-eager)")
     return None
