@@ -1,0 +1,331 @@
+"""Tune vLLM's engine arguments: vLLM's defaults, vLLM's auto_tune grid, CMA-ES and TPE.
+
+``python -m experiments.engine_tune --out DIR [--cases a,b] [--evals 24] [--windows 2]
+[--holdout-seeds 2] [--quick]``
+
+Issue 34's comparison on the ``vllm-v1`` system (``models.bucketed.engine``: the engine
+arguments ``max_num_seqs``, ``max_num_batched_tokens`` and ``gpu_memory_utilization`` are
+its parameters, the KV capacity vLLM's memory profile gives at them), on the calibrated
+deployments of ``../shared/reference/vllm-bench/`` (the device profiles
+``experiments.calibrate_check`` fitted to them) and two traces, ShareGPT lengths
+(Poisson arrivals) and Mooncake's bursty conversation arrivals. Every method tunes the
+same objective (``goodput_rps``: the largest arrival rate at which 90% of requests meet
+both SLOs) on the same training windows (:func:`tuner.objective.validation.plan_windows`,
+as ``tuner.fit`` splits a slice):
+
+- ``default``: vLLM V1's own defaults for the device (the system's default; ``vllm
+  serve``), nothing tuned;
+- ``auto_tune``: vLLM's ``benchmarks/auto_tune`` with its own grid (``max_num_seqs`` 128,
+  256 x ``max_num_batched_tokens`` 512, 1024, 2048, 4096) and its own rule for the
+  memory utilisation (from 0.98 down by 0.01 until the server starts: here until the
+  system's ``refusal`` predicts no start-up failure), each setting scored by the exact
+  goodput on the training windows, the best kept (auto_tune keeps the best throughput
+  within a latency bound; the same objective for every method here);
+- ``cmaes`` and ``tpe``: ``tuner.search.blackbox.search_fit`` (what ``tuner.fit --method``
+  runs) with ``--evals`` exact evaluations each, started from vLLM's defaults.
+
+Each method's policy is then validated in exact mode on the held-out windows x held-out
+seeds (:func:`tuner.objective.validation.validate`): the mean goodput with its 95%
+interval, and paired differences (same window, same seed) against the default and the
+auto_tune grid, with intervals. Costs: exact evaluations (a goodput search each),
+simulator runs to completion (auto_tune's) or simulated ladders (the searches'), and
+the search's wall time on this machine.
+
+Writes ``engine_tune.json`` and ``engine_tune.md`` (atomically, again after every case)
+to ``--out``; progress goes to stderr. Exit 0: every case ran; 2: bad arguments.
+"""
+
+from __future__ import annotations
+
+import sys
+
+if __name__ == "__main__":  # progress from the first second: the imports take ~2 s
+    print("experiments.engine_tune: starting", file=sys.stderr, flush=True)
+
+import argparse  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from experiments.results_io import stamp_markdown, stamped  # noqa: E402
+from tuner.common import compile_cache  # noqa: E402
+from tuner.common.atomic import (unwritable_reason, write_json_atomic,  # noqa: E402
+                                 write_text_atomic)
+
+__all__ = ["CASES", "AUTO_TUNE_SEQS", "AUTO_TUNE_TOKENS", "auto_tune_util", "main",
+           "render", "run_case"]
+
+SYSTEM = "vllm-v1"
+OBJECTIVE = "goodput_rps"
+N = 1000
+SLOTS = 512
+PROFILES = Path(__file__).resolve().parent / "results" / "calibrate_check"
+# vLLM benchmarks/auto_tune/auto_tune.sh: NUM_SEQS_LIST="128 256",
+# NUM_BATCHED_TOKENS_LIST="512 1024 2048 4096"; gpu_memory_utilization from 0.98 down
+# by 0.01 until the server starts (../shared/reference/TUNING-METHODS.md)
+AUTO_TUNE_SEQS = (128, 256)
+AUTO_TUNE_TOKENS = (512, 1024, 2048, 4096)
+AUTO_TUNE_UTIL = (0.98, 0.01)
+# (name, ScenarioSpec fields, description)
+CASES = (
+    ("h100-sharegpt-tpot20", dict(trace="sharegpt", hardware="h100.profile.json",
+                                  model="qwen3-8b", ttft_slo_s=1.0, tpot_slo_s=0.02),
+     "Qwen3-8B on the calibrated H100, ShareGPT lengths (Poisson arrivals); TTFT 1 s, "
+     "TPOT 20 ms"),
+    ("h100-mooncake", dict(trace="mooncake", hardware="h100.profile.json", model="qwen3-8b",
+                           slo_scale=5.0),
+     "Qwen3-8B on the calibrated H100, Mooncake conversation (bursty arrivals, long "
+     "prompts); SLOs 5x the uncontended TTFT / TPOT"),
+    ("a100-sharegpt", dict(trace="sharegpt", hardware="a100.profile.json", model="qwen3-8b",
+                           slo_scale=5.0),
+     "Qwen3-8B on the calibrated A100 80GB, ShareGPT lengths; SLOs 5x the uncontended "
+     "TTFT / TPOT"),
+    ("a100-mooncake", dict(trace="mooncake", hardware="a100.profile.json", model="qwen3-8b",
+                           slo_scale=5.0),
+     "Qwen3-8B on the calibrated A100 80GB, Mooncake conversation; SLOs 5x the "
+     "uncontended TTFT / TPOT"),
+)
+METHODS = ("default", "auto_tune", "cmaes", "tpe")
+QUICK = dict(n_requests=300)
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def auto_tune_util(system, deployment, seqs: int, tokens: int) -> tuple[float, list]:
+    """auto_tune's memory utilisation for one setting: 0.98, lowered by 0.01 while the
+    server would not start (the system's predicted refusal); with the reasons met."""
+    u, step = AUTO_TUNE_UTIL
+    met = []
+    while u > 0.5:
+        p = {"max_num_seqs": float(seqs), "max_num_batched_tokens": float(tokens),
+             "gpu_memory_utilization": round(u, 2)}
+        why = system.refusal(deployment, {**p, "block_size": 16.0})
+        if why is None:
+            return round(u, 2), met
+        met.append(why[1])
+        u -= step
+    raise SystemExit(f"auto_tune: no gpu_memory_utilization from 0.98 down starts "
+                     f"{seqs} / {tokens}: {met[-1]}")
+
+
+def _paired(a: list, b: list) -> dict:
+    from tuner.objective.validation import interval
+
+    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+    lo, hi = interval(d, spread=True)
+    out = {"diff": float(d.mean()), "relative": float(d.mean() / np.mean(b)),
+           "n": int(d.size), "ci": None if not np.isfinite(lo) else [lo, hi]}
+    out["status"] = ("undetermined" if out["ci"] is None else "better" if lo > 0
+                     else "worse" if hi < 0 else "indistinguishable")
+    return out
+
+
+def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
+             quick: bool) -> dict:
+    from models import get_system
+    from tuner.objective.evaluate import evaluate_many
+    from tuner.objective.validation import plan_windows, validate
+    from tuner.scenario import ScenarioSpec, build_scenario
+    from tuner.search.blackbox import search_fit
+    from tuner.search.fitting import FitSettings
+
+    fields = {**fields, "hardware": str(PROFILES / fields["hardware"])}
+    base = ScenarioSpec(**{"n_requests": N, "scheduler": "chunked", "n_slots": SLOTS,
+                           "max_batch": SLOTS, **fields, **(QUICK if quick else {})})
+    win = plan_windows(base, windows)
+    whole = build_scenario(win.whole)
+    pinned = {"ttft_slo_s": whole.slo["ttft_s"], "tpot_slo_s": whole.slo["tpot_s"],
+              "max_len": int(whole.cfg.max_len)}
+    win = win.replace_specs(**pinned)
+    system = get_system(SYSTEM)
+    default = {k: float(v) for k, v in system.default_params(
+        whole.cfg.max_len, whole.hw, whole.deployment).items()}
+    _log(f"{name}: {win.note}; SLOs TTFT {pinned['ttft_slo_s']:.3g} s, TPOT "
+         f"{pinned['tpot_slo_s']:.3g} s; vLLM default {default}")
+    methods = {"default": {"params": default, "exact_evaluations": 0, "runs": 0,
+                           "search_wall_s": 0.0}}
+
+    # auto_tune: its grid, its utilisation rule, scored on the training windows
+    t0 = time.perf_counter()
+    grid, stepped = [], {}
+    for s in AUTO_TUNE_SEQS:
+        for k in AUTO_TUNE_TOKENS:
+            u, met = auto_tune_util(system, whole.deployment, s, k)
+            grid.append({"max_num_seqs": float(s), "max_num_batched_tokens": float(k),
+                         "gpu_memory_utilization": u, "block_size": default["block_size"]})
+            if met:
+                stepped[f"{s}/{k}"] = {"util": u, "steps": len(met), "first": met[0]}
+    train = [build_scenario(w) for w in win.train]
+    res = evaluate_many([(tuple(train), SYSTEM, p) for p in grid], objective=OBJECTIVE,
+                        log=_log)
+    scores = [float(m["objective"]) for m in res]
+    best = int(np.argmax(scores))
+    methods["auto_tune"] = {
+        "params": grid[best], "exact_evaluations": len(grid),
+        "runs": sum(int(m["capacity"]["runs"]) for m in res) * len(train),
+        "search_wall_s": time.perf_counter() - t0,
+        "grid": [{**g, "train_goodput_rps": v} for g, v in zip(grid, scores)],
+        "util_stepped": stepped}
+    _log(f"{name}: auto_tune grid best {grid[best]} ({scores[best]:.4g} req/s on the "
+         f"training windows), {time.perf_counter() - t0:.0f} s")
+
+    for method in ("cmaes", "tpe"):
+        st = FitSettings(system=SYSTEM, objective=OBJECTIVE, seed=base.seed,
+                         holdout_seeds=seeds)
+        t0 = time.perf_counter()
+        fit = search_fit(list(win.train), st, method, evals, log=_log)
+        # cost: exact evaluations of the training problem (each a fixed-horizon rate
+        # ladder on every training window) and the slot-iterations they simulated
+        methods[method] = {"params": {k: float(v) for k, v in fit.params.items()},
+                           "exact_evaluations": fit.steps,
+                           "simulated_request_iterations": float(fit.cost),
+                           "search_wall_s": time.perf_counter() - t0,
+                           "train_best": fit.best_exact}
+        _log(f"{name}: {method} {methods[method]['params']} "
+             f"({fit.best_exact:.4g} on training), "
+             f"{methods[method]['search_wall_s']:.0f} s")
+
+    t0 = time.perf_counter()
+    mets = validate(SYSTEM, {m: (SYSTEM, methods[m]["params"]) for m in METHODS},
+                    OBJECTIVE, win, seeds, log=_log)
+    val_wall = time.perf_counter() - t0
+    for m in METHODS:
+        v = mets[m]
+        methods[m]["held_out"] = {"mean": v["objective"], "ci": v["ci"]["objective"],
+                                  "per_sample": v["objective_per_sample"],
+                                  "n_independent": v["n_independent"],
+                                  "ttft_p99_s": v["ttft_p99_s"],
+                                  "tpot_p99_s": v["tpot_p99_s"],
+                                  "whole_slice": v["whole_trace"]["objective"]}
+        for ref in ("default", "auto_tune"):
+            if m != ref:
+                methods[m][f"vs_{ref}"] = _paired(v["objective_per_sample"],
+                                                   mets[ref]["objective_per_sample"])
+    out = {"spec": base.to_dict(), "windows": win.note, "slo_s": [pinned["ttft_slo_s"],
+                                                                  pinned["tpot_slo_s"]],
+           "evals": evals, "holdout_seeds": seeds, "methods": methods,
+           "validation_wall_s": val_wall, "sample_note": mets["default"]["sample_note"]}
+    _log(f"{name}: held out " + ", ".join(
+        f"{m} {methods[m]['held_out']['mean']:.4g}" for m in METHODS))
+    return out
+
+
+def _ci(ci) -> str:
+    if ci is None or not all(np.isfinite(ci)):
+        return "undetermined"
+    return f"[{ci[0]:.3g}, {ci[1]:.3g}]"
+
+
+def render(res: dict) -> str:
+    L = ["# Tuning vLLM's engine arguments: defaults, auto_tune's grid, CMA-ES, TPE", "",
+         f"System `vllm-v1` (max_num_seqs, max_num_batched_tokens, gpu_memory_utilization "
+         f"as parameters, KV capacity from vLLM's memory profile), objective goodput_rps, "
+         f"{res['evals']} exact evaluations per search, exact validation on held-out "
+         "windows x seeds" + (" (quick run: small slices)" if res["quick"] else "") + ".",
+         "", "| case | method | max_num_seqs / batched tokens / util | held-out goodput "
+         "[95% CI] | vs default [paired CI] | vs auto_tune [paired CI] | exact evals | "
+         "search s |", "|---|---|---|---|---|---|---:|---:|"]
+    for name, c in res["cases"].items():
+        for m, r in c["methods"].items():
+            p, h = r["params"], r["held_out"]
+            vs = {ref: (f"{r[f'vs_{ref}']['relative'] * 100:+.1f}% "
+                        f"{_ci(r[f'vs_{ref}']['ci'])} {r[f'vs_{ref}']['status']}"
+                        if f"vs_{ref}" in r else "-") for ref in ("default", "auto_tune")}
+            L.append(f"| {name} | {m} | {p['max_num_seqs']:.0f} / "
+                     f"{p['max_num_batched_tokens']:.0f} / "
+                     f"{p['gpu_memory_utilization']:.3g} | {h['mean']:.3f} {_ci(h['ci'])} | "
+                     f"{vs['default']} | {vs['auto_tune']} | {r['exact_evaluations']} | "
+                     f"{r['search_wall_s']:.0f} |")
+    L += ["", "Goodput in req/s. Paired differences: the method minus the reference on "
+          "the same held-out (window, seed) samples; `better` / `worse` where the 95% "
+          "interval excludes 0.", ""]
+    for name, c in res["cases"].items():
+        L += [f"## {name}", "", f"{c['description']}; {c['windows']}; SLOs TTFT "
+              f"{c['slo_s'][0]:.3g} s, TPOT {c['slo_s'][1] * 1e3:.3g} ms; validation "
+              f"{c['validation_wall_s']:.0f} s; {c['sample_note'] or ''}", ""]
+        at = c["methods"]["auto_tune"]
+        L.append("auto_tune's grid on the training windows: " + ", ".join(
+            f"{g['max_num_seqs']:.0f}/{g['max_num_batched_tokens']:.0f}/"
+            f"{g['gpu_memory_utilization']:g}: {g['train_goodput_rps']:.3g}"
+            for g in at["grid"]) + ".")
+        if at["util_stepped"]:
+            first = next(iter(at["util_stepped"].values()))
+            L.append(f"Utilisation stepped down from 0.98 for "
+                     f"{len(at['util_stepped'])} setting(s), e.g. to {first['util']:g}: "
+                     f"{first['first']}")
+        L.append("")
+    return "\n".join(L) + "\n"
+
+
+def _write(out: Path, res: dict) -> None:
+    doc = stamped(res)
+    write_json_atomic(out / "engine_tune.json", doc, sort_keys=False)
+    write_text_atomic(out / "engine_tune.md", stamp_markdown(render(res), doc["provenance"]))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.engine_tune",
+                                 description=__doc__.split("\n\n")[1])
+    ap.add_argument("--out", type=Path, required=True, help="result folder")
+    ap.add_argument("--cases", default=",".join(c[0] for c in CASES),
+                    help="comma-separated case names (default: all)")
+    ap.add_argument("--evals", type=int, default=24, help="exact evaluations per search")
+    ap.add_argument("--windows", type=int, default=2, help="training (= held-out) windows")
+    ap.add_argument("--holdout-seeds", type=int, default=2)
+    ap.add_argument("--quick", action="store_true", help="small slices (a test)")
+    args = ap.parse_args(argv)
+    known = {c[0]: c for c in CASES}
+    names = [x.strip() for x in args.cases.split(",") if x.strip()]
+    bad = [x for x in names if x not in known]
+    if bad or not names:
+        print(f"error: --cases: unknown {bad or 'empty'}; cases: {', '.join(known)}",
+              file=sys.stderr)
+        return 2
+    for flag, v, lo in (("--evals", args.evals, 2), ("--windows", args.windows, 1),
+                        ("--holdout-seeds", args.holdout_seeds, 1)):
+        if v < lo:
+            print(f"error: {flag} {v}: must be >= {lo}", file=sys.stderr)
+            return 2
+    for name in names:
+        f = PROFILES / known[name][1]["hardware"]
+        if not f.is_file():
+            print(f"error: case {name}: device profile {f} is missing (python -m "
+                  "experiments.calibrate_check writes it)", file=sys.stderr)
+            return 2
+    from tuner.search.blackbox import check_method
+
+    try:
+        for m in ("cmaes", "tpe"):
+            check_method(m, args.evals)
+    except (ValueError, ImportError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    why = unwritable_reason(args.out)
+    if why:
+        print(f"error: --out {args.out}: {why}", file=sys.stderr)
+        return 2
+    compile_cache.enable()
+    res = {"system": SYSTEM, "objective": OBJECTIVE, "evals": args.evals,
+           "windows": args.windows, "holdout_seeds": args.holdout_seeds,
+           "quick": args.quick, "auto_tune": {"seqs": list(AUTO_TUNE_SEQS),
+                                               "tokens": list(AUTO_TUNE_TOKENS),
+                                               "util_start_step": list(AUTO_TUNE_UTIL)},
+           "cases": {}}
+    for name in names:
+        _, fields, desc = known[name]
+        t = time.perf_counter()
+        c = run_case(name, fields, args.evals, args.windows, args.holdout_seeds,
+                     args.quick)
+        c["description"] = desc
+        c["wall_s"] = time.perf_counter() - t
+        res["cases"][name] = c
+        _write(args.out, res)
+    print(render(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
