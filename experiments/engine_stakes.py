@@ -42,12 +42,11 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from experiments.results_io import stamp_markdown, stamped  # noqa: E402
+from experiments.results_io import pick_cases, positive_ints, write_result  # noqa: E402
 from experiments.stakes import (BEST_OVER_DEFAULT, BEST_OVER_WORST, judge,  # noqa: E402
                                 summary_line)
 from tuner.common import compile_cache  # noqa: E402
-from tuner.common.atomic import (unwritable_reason, write_json_atomic,  # noqa: E402
-                                 write_text_atomic)
+from tuner.common.atomic import unwritable_reason  # noqa: E402
 
 __all__ = ["CASES", "main", "render", "run_case"]
 
@@ -197,23 +196,6 @@ def render(res: dict) -> str:
     return "\n".join(L) + "\n"
 
 
-def _write(out: Path, res: dict) -> None:
-    doc = stamped(res)
-    write_json_atomic(out / "engine_stakes.json", doc, sort_keys=False)
-    write_text_atomic(out / "engine_stakes.md",
-                      stamp_markdown(render(res), doc["provenance"]))
-
-
-def _ints(flag: str, text: str) -> list[int]:
-    try:
-        v = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SystemExit(f"error: {flag} {text!r}: not a comma-separated list of integers")
-    if not v or min(v) < 1:
-        raise SystemExit(f"error: {flag} {text!r}: needs integers >= 1")
-    return v
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.engine_stakes",
                                  description=__doc__.split("\n\n")[1])
@@ -231,19 +213,19 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="small slices (a test)")
     args = ap.parse_args(argv)
     known = {c[0]: c for c in CASES}
-    names = [x.strip() for x in args.cases.split(",") if x.strip()]
-    bad = [x for x in names if x not in known]
-    if bad or not names:
-        print(f"error: --cases: unknown {bad or 'empty'}; cases: {', '.join(known)}",
-              file=sys.stderr)
+    try:
+        names = pick_cases(args.cases, known)
+        seqs = positive_ints("--seqs", args.seqs)
+        tokens = positive_ints("--tokens", args.tokens)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        seqs, tokens = _ints("--seqs", args.seqs), _ints("--tokens", args.tokens)
         utils = None if args.utils is None else [
             float(x) for x in args.utils.split(",") if x.strip()]
-    except (SystemExit, ValueError) as e:
-        print(e if isinstance(e, SystemExit) else f"error: --utils {args.utils!r}: not "
-              "a comma-separated list of numbers", file=sys.stderr)
+    except ValueError:
+        print(f"error: --utils {args.utils!r}: not a comma-separated list of numbers",
+              file=sys.stderr)
         return 2
     if utils is not None and not (utils and all(0 < u <= 1 for u in utils)):
         print(f"error: --utils {args.utils!r}: values must be in (0, 1]", file=sys.stderr)
@@ -274,7 +256,7 @@ def main(argv=None) -> int:
         c = run_case(name, fields, grid, args.realisations, args.slots, args.quick)
         c["description"] = desc
         res["cases"][name] = c
-        _write(args.out, res)
+        write_result(args.out, "engine_stakes", res, render)
     print(render(res))
     return 0
 

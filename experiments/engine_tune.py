@@ -4,8 +4,9 @@
 [--holdout-seeds 2] [--quick]``
 
 Issue 34's comparison on the ``vllm-v1`` system (``models.bucketed.engine``: the engine
-arguments ``max_num_seqs``, ``max_num_batched_tokens`` and ``gpu_memory_utilization`` are
-its parameters, the KV capacity vLLM's memory profile gives at them), on the calibrated
+arguments ``max_num_seqs``, ``max_num_batched_tokens``, ``gpu_memory_utilization`` and
+``long_prefill_token_threshold`` are its parameters, the KV capacity vLLM's memory
+profile gives at them), on the calibrated
 deployments of ``../shared/reference/vllm-bench/`` (the device profiles
 ``experiments.calibrate_check`` fitted to them) and two traces, ShareGPT lengths
 (Poisson arrivals) and Mooncake's bursty conversation arrivals. Every method tunes the
@@ -31,8 +32,14 @@ auto_tune grid, with intervals. Costs: exact evaluations (a goodput search each)
 simulator runs to completion (auto_tune's) or simulated ladders (the searches'), and
 the search's wall time on this machine.
 
-Writes ``engine_tune.json`` and ``engine_tune.md`` (atomically, again after every case)
-to ``--out``; progress goes to stderr. Exit 0: every case ran; 2: bad arguments.
+Then the operator's map (:mod:`experiments.engine_map`, unless ``--no-map``) around
+the better search's policy: each argument's influence (its goodput spread alone across
+its range) and, over the two most influential, the goodput and the TTFT / TPOT p99 at
+the load vLLM's default sustains, the default and the tuned point marked.
+
+Writes ``engine_tune.json``, ``engine_tune.md`` and ``engine_tune_<case>.png``
+(atomically, again after every case) to ``--out``; progress goes to stderr. Exit 0:
+every case ran; 2: bad arguments.
 """
 
 from __future__ import annotations
@@ -48,10 +55,10 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from experiments.results_io import stamp_markdown, stamped  # noqa: E402
+from experiments import engine_map  # noqa: E402
+from experiments.results_io import pick_cases, png_metadata, write_result  # noqa: E402
 from tuner.common import compile_cache  # noqa: E402
-from tuner.common.atomic import (unwritable_reason, write_json_atomic,  # noqa: E402
-                                 write_text_atomic)
+from tuner.common.atomic import unwritable_reason  # noqa: E402
 
 __all__ = ["CASES", "AUTO_TUNE_SEQS", "AUTO_TUNE_TOKENS", "auto_tune_util", "main",
            "render", "run_case"]
@@ -111,23 +118,11 @@ def auto_tune_util(system, deployment, seqs: int, tokens: int) -> tuple[float, l
                      f"{seqs} / {tokens}: {met[-1]}")
 
 
-def _paired(a: list, b: list) -> dict:
-    from tuner.objective.validation import interval
-
-    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
-    lo, hi = interval(d, spread=True)
-    out = {"diff": float(d.mean()), "relative": float(d.mean() / np.mean(b)),
-           "n": int(d.size), "ci": None if not np.isfinite(lo) else [lo, hi]}
-    out["status"] = ("undetermined" if out["ci"] is None else "better" if lo > 0
-                     else "worse" if hi < 0 else "indistinguishable")
-    return out
-
-
 def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
-             quick: bool) -> dict:
+             quick: bool, do_map: bool = True) -> dict:
     from models import get_system
     from tuner.objective.evaluate import evaluate_many
-    from tuner.objective.validation import plan_windows, validate
+    from tuner.objective.validation import compare_paired, plan_windows, validate
     from tuner.scenario import ScenarioSpec, build_scenario
     from tuner.search.blackbox import search_fit
     from tuner.search.fitting import FitSettings
@@ -172,15 +167,18 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
     _log(f"{name}: auto_tune grid best {grid[best]} ({scores[best]:.4g} req/s on the "
          f"training windows), {time.perf_counter() - t0:.0f} s")
 
+    st = FitSettings(system=SYSTEM, objective=OBJECTIVE, seed=base.seed,
+                     holdout_seeds=seeds)
     for method in ("cmaes", "tpe"):
-        st = FitSettings(system=SYSTEM, objective=OBJECTIVE, seed=base.seed,
-                         holdout_seeds=seeds)
         t0 = time.perf_counter()
         fit = search_fit(list(win.train), st, method, evals, log=_log)
         # cost: exact evaluations of the training problem (each a fixed-horizon rate
         # ladder on every training window) and the slot-iterations they simulated
+        rungs = 1 if fit.rates is None else int(np.shape(fit.rates)[-1]) + 1
         methods[method] = {"params": {k: float(v) for k, v in fit.params.items()},
                            "exact_evaluations": fit.steps,
+                           # fixed-horizon runs: a rate ladder per window per evaluation
+                           "runs": fit.steps * len(win.train) * rungs,
                            "simulated_request_iterations": float(fit.cost),
                            "search_wall_s": time.perf_counter() - t0,
                            "train_best": fit.best_exact}
@@ -202,15 +200,68 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
                                   "whole_slice": v["whole_trace"]["objective"]}
         for ref in ("default", "auto_tune"):
             if m != ref:
-                methods[m][f"vs_{ref}"] = _paired(v["objective_per_sample"],
-                                                   mets[ref]["objective_per_sample"])
+                methods[m][f"vs_{ref}"] = compare_paired(
+                    v["objective_per_sample"], mets[ref]["objective_per_sample"])
     out = {"spec": base.to_dict(), "windows": win.note, "slo_s": [pinned["ttft_slo_s"],
                                                                   pinned["tpot_slo_s"]],
+           "map": _map(name, win, st, methods, default) if do_map else None,
            "evals": evals, "holdout_seeds": seeds, "methods": methods,
            "validation_wall_s": val_wall, "sample_note": mets["default"]["sample_note"]}
     _log(f"{name}: held out " + ", ".join(
         f"{m} {methods[m]['held_out']['mean']:.4g}" for m in METHODS))
     return out
+
+
+def _map(name: str, win, st, methods: dict, default: dict) -> dict:
+    """The operator's map (:mod:`experiments.engine_map`) around the better search's
+    policy (by held-out mean): the arguments ranked by influence, and the grid over the
+    two that matter most, scored by the searches' own training problem (``st``: the
+    same settings, so the same compiled program), with the latencies at the load vLLM's
+    default sustains on the training windows."""
+    import jax.numpy as jnp
+
+    from experiments import engine_map
+    from tuner.objective.evaluate import evaluate_many
+    from tuner.scenario import build_scenario
+    from tuner.search.fitting import build_problem
+
+    t0 = time.perf_counter()
+    by = max(("cmaes", "tpe"), key=lambda m: methods[m]["held_out"]["mean"])
+    tuned = methods[by]["params"]
+    prob, _ = build_problem(list(win.train), st)
+    width = 2 * len(prob.space.coords())  # the CMA-ES population: its compiled batch
+
+    def score(settings):
+        thetas = [prob.space.to_theta({k: jnp.float32(v) for k, v in p.items()})
+                  for p in settings]
+        out = []
+        for i in range(0, len(thetas), width):
+            part = thetas[i:i + width]
+            vals = prob.batch(part + [part[-1]] * (width - len(part)))
+            out.extend(float(v) for v in vals[:len(part)])
+        return out
+
+    train = [build_scenario(w) for w in win.train]
+    load = float(evaluate_many([(tuple(train), SYSTEM, default)], objective=OBJECTIVE)[0][
+        "objective"])
+    if not load > 0:
+        _log(f"{name}: map: vLLM's default sustains no load on the training windows; "
+             "no map")
+        return {"tuned_by": by, "skipped": "the default's training goodput is 0"}
+    inf = engine_map.influence(score, SYSTEM, tuned, default, slots=SLOTS)
+    axes = tuple(list(inf)[:2])
+    grid = engine_map.grid_map(score, train, SYSTEM, tuned, default, axes,
+                               load_rps=load, slots=SLOTS, log=_log)
+    _log(f"{name}: map over {axes[0]} x {axes[1]} (tuned by {by}), "
+         f"{time.perf_counter() - t0:.0f} s")
+    return {"tuned_by": by, "influence": inf, "grid": grid,
+            "score": "the searches' training objective (fixed-horizon goodput ladder)",
+            "wall_s": time.perf_counter() - t0}
+
+
+def _thr(p: dict) -> str:
+    t = p.get("long_prefill_token_threshold")
+    return "off" if t is None or t >= p["max_num_batched_tokens"] else f"{t:.0f}"
 
 
 def _ci(ci) -> str:
@@ -225,9 +276,10 @@ def render(res: dict) -> str:
          f"as parameters, KV capacity from vLLM's memory profile), objective goodput_rps, "
          f"{res['evals']} exact evaluations per search, exact validation on held-out "
          "windows x seeds" + (" (quick run: small slices)" if res["quick"] else "") + ".",
-         "", "| case | method | max_num_seqs / batched tokens / util | held-out goodput "
-         "[95% CI] | vs default [paired CI] | vs auto_tune [paired CI] | exact evals | "
-         "search s |", "|---|---|---|---|---|---|---:|---:|"]
+         "", "| case | method | max_num_seqs / batched tokens / util / long-prefill "
+         "threshold | held-out goodput [95% CI] | vs default [paired CI] | vs auto_tune "
+         "[paired CI] | exact evals | runs | search s |",
+         "|---|---|---|---|---|---|---:|---:|---:|"]
     for name, c in res["cases"].items():
         for m, r in c["methods"].items():
             p, h = r["params"], r["held_out"]
@@ -236,12 +288,16 @@ def render(res: dict) -> str:
                         if f"vs_{ref}" in r else "-") for ref in ("default", "auto_tune")}
             L.append(f"| {name} | {m} | {p['max_num_seqs']:.0f} / "
                      f"{p['max_num_batched_tokens']:.0f} / "
-                     f"{p['gpu_memory_utilization']:.3g} | {h['mean']:.3f} {_ci(h['ci'])} | "
+                     f"{p['gpu_memory_utilization']:.3g} / {_thr(p)} | "
+                     f"{h['mean']:.3f} {_ci(h['ci'])} | "
                      f"{vs['default']} | {vs['auto_tune']} | {r['exact_evaluations']} | "
-                     f"{r['search_wall_s']:.0f} |")
+                     f"{r.get('runs', 0)} | {r['search_wall_s']:.0f} |")
     L += ["", "Goodput in req/s. Paired differences: the method minus the reference on "
           "the same held-out (window, seed) samples; `better` / `worse` where the 95% "
-          "interval excludes 0.", ""]
+          "interval excludes 0. Runs: simulator runs the search spent (auto_tune: runs "
+          "to completion of its goodput searches; CMA-ES / TPE: fixed-horizon runs of "
+          "the rate ladder, per training window and evaluation). Threshold `off`: at or "
+          "above the token budget, vLLM's default.", ""]
     for name, c in res["cases"].items():
         L += [f"## {name}", "", f"{c['description']}; {c['windows']}; SLOs TTFT "
               f"{c['slo_s'][0]:.3g} s, TPOT {c['slo_s'][1] * 1e3:.3g} ms; validation "
@@ -256,14 +312,20 @@ def render(res: dict) -> str:
             L.append(f"Utilisation stepped down from 0.98 for "
                      f"{len(at['util_stepped'])} setting(s), e.g. to {first['util']:g}: "
                      f"{first['first']}")
+        mp = c.get("map")
+        if mp and "grid" in mp:
+            g = mp["grid"]
+            L.append(f"Influence around the {mp['tuned_by']} policy (goodput spread on "
+                     "the training windows, each argument alone across its range): "
+                     + ", ".join(f"{k} {v['spread']:.3g}" for k, v in
+                                 mp["influence"].items())
+                     + f". Map `engine_tune_{name}.png`: {g['axes'][0]} x {g['axes'][1]}; "
+                     f"TTFT / TPOT p99 at {g['load_rps']:.3g} req/s (vLLM's default's "
+                     "training goodput).")
+        elif mp:
+            L.append(f"No map: {mp['skipped']}.")
         L.append("")
     return "\n".join(L) + "\n"
-
-
-def _write(out: Path, res: dict) -> None:
-    doc = stamped(res)
-    write_json_atomic(out / "engine_tune.json", doc, sort_keys=False)
-    write_text_atomic(out / "engine_tune.md", stamp_markdown(render(res), doc["provenance"]))
 
 
 def main(argv=None) -> int:
@@ -276,13 +338,14 @@ def main(argv=None) -> int:
     ap.add_argument("--windows", type=int, default=2, help="training (= held-out) windows")
     ap.add_argument("--holdout-seeds", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="small slices (a test)")
+    ap.add_argument("--no-map", dest="map", action="store_false",
+                    help="leave out the operator's map (influence sweeps and the grid)")
     args = ap.parse_args(argv)
     known = {c[0]: c for c in CASES}
-    names = [x.strip() for x in args.cases.split(",") if x.strip()]
-    bad = [x for x in names if x not in known]
-    if bad or not names:
-        print(f"error: --cases: unknown {bad or 'empty'}; cases: {', '.join(known)}",
-              file=sys.stderr)
+    try:
+        names = pick_cases(args.cases, known)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     for flag, v, lo in (("--evals", args.evals, 2), ("--windows", args.windows, 1),
                         ("--holdout-seeds", args.holdout_seeds, 1)):
@@ -318,11 +381,15 @@ def main(argv=None) -> int:
         _, fields, desc = known[name]
         t = time.perf_counter()
         c = run_case(name, fields, args.evals, args.windows, args.holdout_seeds,
-                     args.quick)
+                     args.quick, args.map)
         c["description"] = desc
         c["wall_s"] = time.perf_counter() - t
         res["cases"][name] = c
-        _write(args.out, res)
+        doc = write_result(args.out, "engine_tune", res, render)
+        if c["map"] and "grid" in c["map"]:
+            engine_map.plot(name, c["map"]["grid"], tuple(c["slo_s"]),
+                            args.out / f"engine_tune_{name}.png",
+                            png_metadata(doc["provenance"]))
     print(render(res))
     return 0
 

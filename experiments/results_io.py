@@ -8,9 +8,14 @@ metadata. ``python -m experiments.stale`` reads them back.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Callable
+
+from tuner.common.atomic import write_json_atomic, write_text_atomic
 from tuner.common.provenance import provenance, stamp_text
 
-__all__ = ["stamped", "stamp_markdown", "png_metadata", "provenance", "stamp_text"]
+__all__ = ["pick_cases", "positive_ints", "stamped", "stamp_markdown", "png_metadata",
+           "provenance", "stamp_text", "write_result"]
 
 
 def stamped(doc: dict, prov: dict | None = None) -> dict:
@@ -27,3 +32,37 @@ def stamp_markdown(md: str, prov: dict) -> str:
 def png_metadata(prov: dict) -> dict:
     """``fig.savefig(..., metadata=png_metadata(prov))``: the same line in the PNG."""
     return {"Description": stamp_text(prov), "Source": prov["sources"]["sha256"]}
+
+
+def write_result(out: Path, stem: str, res: dict, render: Callable[[dict], str]) -> dict:
+    """Write ``out/stem.json`` (``res`` stamped with its provenance) and ``out/stem.md``
+    (``render(res)`` with the same provenance line), each atomically; the stamped
+    document."""
+    doc = stamped(res)
+    write_json_atomic(Path(out) / f"{stem}.json", doc, sort_keys=False)
+    write_text_atomic(Path(out) / f"{stem}.md",
+                      stamp_markdown(render(res), doc["provenance"]))
+    return doc
+
+
+def pick_cases(text: str, known) -> list[str]:
+    """The case names of a ``--cases`` list (comma-separated), each one of ``known``;
+    ValueError naming the unknown ones (or an empty list) and the known names."""
+    names = [x.strip() for x in str(text).split(",") if x.strip()]
+    bad = [x for x in names if x not in known]
+    if bad or not names:
+        raise ValueError(f"--cases: unknown {bad or 'empty'}; cases: {', '.join(known)}")
+    return names
+
+
+def positive_ints(flag: str, text: str) -> list[int]:
+    """A comma-separated list of integers >= 1 given to ``flag``; ValueError naming the
+    flag otherwise."""
+    try:
+        v = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} {text!r}: not a comma-separated list of integers") \
+            from None
+    if not v or min(v) < 1:
+        raise ValueError(f"{flag} {text!r}: needs integers >= 1")
+    return v

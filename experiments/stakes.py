@@ -40,10 +40,9 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from experiments.results_io import stamp_markdown, stamped  # noqa: E402
+from experiments.results_io import pick_cases, write_result  # noqa: E402
 from tuner.common import compile_cache  # noqa: E402
-from tuner.common.atomic import (unwritable_reason, write_json_atomic,  # noqa: E402
-                                 write_text_atomic)
+from tuner.common.atomic import unwritable_reason  # noqa: E402
 
 __all__ = ["CASES", "BEST_OVER_WORST", "BEST_OVER_DEFAULT", "judge", "main", "random_thetas",
            "rank_agreement", "run_case", "render"]
@@ -235,12 +234,6 @@ def render(res: dict) -> str:
     return "\n".join(L) + "\n"
 
 
-def _write(out: Path, res: dict) -> None:
-    doc = stamped(res)
-    write_json_atomic(out / "stakes.json", doc, sort_keys=False)
-    write_text_atomic(out / "stakes.md", stamp_markdown(render(res), doc["provenance"]))
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.stakes",
                                  description=__doc__.split("\n\n")[1])
@@ -256,11 +249,10 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="small slices (a test)")
     args = ap.parse_args(argv)
     known = {c[0]: c for c in CASES}
-    names = [x.strip() for x in args.cases.split(",") if x.strip()]
-    bad = [x for x in names if x not in known]
-    if bad or not names:
-        print(f"error: --cases: unknown {bad or 'empty'}; cases: {', '.join(known)}",
-              file=sys.stderr)
+    try:
+        names = pick_cases(args.cases, known)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     for flag, v in (("--policies", args.policies), ("--realisations", args.realisations)):
         if v < 1:
@@ -291,7 +283,7 @@ def main(argv=None) -> int:
                      args.system, args.agreement)
         c["description"] = desc
         res["cases"][name] = c
-        _write(args.out, res)
+        write_result(args.out, "stakes", res, render)
     print(render(res))
     return 0
 

@@ -40,6 +40,7 @@ __all__ = [
     "hist_quantile",
     "LAT_EDGES",
     "prefix_sum",
+    "cap_prefill",
 ]
 
 # Latency histogram: 20 log-spaced bins per decade from 1 ms to 10^4 s (bin 0 catches
@@ -65,6 +66,14 @@ class ServerConfig:
     # the token budget); True = chunked prefill (vLLM V1: decodes first, prompts chunked
     # to fill the rest of the token budget). docs/server-semantics.md.
     chunked: bool = struct.field(pytree_node=False, default=False)
+    # [] prefill tokens one request may compute per chunked iteration (vLLM V1's
+    # long_prefill_token_threshold); None: no cap (vLLM's 0)
+    prefill_cap: jax.Array | None = None
+
+
+def cap_prefill(tokens, cfg: ServerConfig):
+    """``tokens`` a request would prefill now, at most ``cfg.prefill_cap`` of them."""
+    return tokens if cfg.prefill_cap is None else jnp.minimum(tokens, cfg.prefill_cap)
 
 
 @struct.dataclass

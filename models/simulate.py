@@ -199,7 +199,9 @@ def simulate_until_done_many(inputs: Inputs, hw, params, opts: SimOptions, *, t=
     return {k: np.asarray(v) for k, v in _metrics_many(state, inputs, opts).items()}
 
 
+@partial(jax.jit, static_argnames=("opts",))
 def metrics(state, inputs: Inputs, opts: SimOptions) -> dict:
     """The family's metrics of a finished (or truncated) run, float32 scalars
-    (differentiable)."""
+    (differentiable). Compiled as one program: called on a finished run outside a trace,
+    its dozens of reductions would otherwise each compile and run as its own operation."""
     return family_of(opts.system).metrics(state, inputs)

@@ -130,7 +130,10 @@ should be aligned with these.
     minus the partly prefilled slot's chunk; an item passes iff the earlier items' tokens
     are < that budget and computes ``min(tokens, budget - earlier tokens)``. Earlier
     items count whole, so no item passes after a cut one: at most one slot is partly
-    prefilled.
+    prefilled. With a per-request cap (``prefill_cap``, vLLM V1's
+    long_prefill_token_threshold) every chunk, of a partly prefilled slot or of a walk
+    item, is at most the cap, and an item counts as its capped tokens: several slots
+    can then be partly prefilled at once (each continues in slot order, capped).
 18. Iteration order; v0 prefill-only iterations. v0: idle jump, walk (7), then, only if
     the walk resumed and admitted nothing, step 2 and the decodes; otherwise the
     iteration is prefill-only: no overflow check, no stall, no running slot decodes.
@@ -215,7 +218,7 @@ def simulate_reference(arrival, prompt, output, pred, u, valid, *, kind, params,
                        iteration_time, kv_bytes_per_token, contiguous_chunk_tokens,
                        prior_lengths=None, window=10000, refresh_every=1000,
                        refresh_check=16, max_iters=100000, watermark=0,
-                       chunked=False, large_borrow=False) -> dict:
+                       chunked=False, large_borrow=False, prefill_cap=None) -> dict:
     if kind not in ("static", "paged", "s3", "odma", "odma-pb"):
         raise ValueError(f"unknown kind {kind!r}")
     per_bucket = kind == "odma-pb"  # odma with gamma[k], k = the raw prediction's bucket
@@ -228,6 +231,9 @@ def simulate_reference(arrival, prompt, output, pred, u, valid, *, kind, params,
     valid = np.asarray(valid, dtype=bool)
     n = arrival.shape[0]
     S = int(n_slots)
+    # chunked: the prefill tokens one request computes in an iteration at most (vLLM
+    # V1's long_prefill_token_threshold); None: no cap
+    cap = float("inf") if prefill_cap is None else int(prefill_cap)
     C = int(capacity)
     max_len = int(max_len)
 
@@ -436,7 +442,7 @@ def simulate_reference(arrival, prompt, output, pred, u, valid, *, kind, params,
             for s in range(S):
                 sl = slots[s]
                 if sl is not None and sl.state == "run" and sl.todo > 0 and left > 0:
-                    c = min(sl.todo, left)
+                    c = min(sl.todo, cap, left)
                     total = int(prompt[sl.req]) + sl.gen
                     chunks[s] = (c, total - sl.todo)
                     sl.todo -= c
@@ -455,8 +461,8 @@ def simulate_reference(arrival, prompt, output, pred, u, valid, *, kind, params,
 
         def token_ok(tok: int):
             """(passes, tokens computed now) under the budget (Interpretation 17)."""
-            if chunked:
-                return tokens < budget, min(tok, budget - tokens)
+            if chunked:  # a request's chunk: at most the cap, and what budget is left
+                return tokens < budget, min(tok, cap, budget - tokens)
             return tokens + tok <= budget or (first_item and exempt), tok
 
         waiting = sorted((s for s in range(S) if slots[s] is not None
@@ -474,7 +480,7 @@ def simulate_reference(arrival, prompt, output, pred, u, valid, *, kind, params,
                 sl.todo = ctx - c
                 chunks[s] = (c, 0)
                 resumed.append(s)
-                tokens += ctx
+                tokens += min(ctx, cap) if chunked else ctx
                 first_item = False
                 n_admitted += 1
             else:
@@ -511,7 +517,7 @@ def simulate_reference(arrival, prompt, output, pred, u, valid, *, kind, params,
                 admit_iter[i] = it
                 r_admit[i] = r
                 new_slots.append(s)
-                tokens += int(prompt[i])
+                tokens += min(int(prompt[i]), cap) if chunked else int(prompt[i])
                 first_item = False
                 n_admitted += 1
             head += len(new_slots)

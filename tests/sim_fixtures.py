@@ -49,14 +49,15 @@ def trace_workload(name: str, start: int, n: int, *, max_len: int, seed: int = 0
 
 
 def config(capacity, *, n_slots=32, admit_window=8, max_len=1024, max_batch=None,
-           max_prefill=4096.0, watermark=0.0, chunked=False):
+           max_prefill=4096.0, watermark=0.0, chunked=False, prefill_cap=None):
     return ServerConfig(
         capacity_tokens=jnp.float32(capacity),
         max_batch=jnp.int32(max_batch or n_slots), max_prefill=jnp.float32(max_prefill),
         ttft_slo_s=jnp.float32(5.0), tpot_slo_s=jnp.float32(0.2),
         token_scale=jnp.float32(32.0), kv_bytes_per_token=jnp.float32(KVB),
         watermark_tokens=jnp.float32(watermark),
-        n_slots=n_slots, admit_window=admit_window, max_len=max_len, chunked=chunked)
+        n_slots=n_slots, admit_window=admit_window, max_len=max_len, chunked=chunked,
+        prefill_cap=None if prefill_cap is None else jnp.float32(prefill_cap))
 
 
 def engine_deployment(max_model_len: int = 1024):
@@ -109,4 +110,5 @@ def run_reference(wl, cfg, kind, params, **family):
         kv_bytes_per_token=KVB, contiguous_chunk_tokens=cfg.max_len,
         window=opts.family.window, refresh_every=opts.family.refresh_every,
         refresh_check=opts.block, watermark=float(cfg.watermark_tokens),
-        chunked=cfg.chunked, large_borrow=opts.family.large_borrow)
+        chunked=cfg.chunked, large_borrow=opts.family.large_borrow,
+        prefill_cap=None if cfg.prefill_cap is None else int(float(cfg.prefill_cap)))

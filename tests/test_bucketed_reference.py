@@ -22,7 +22,8 @@ CASES = [
 ]
 # server settings per case: vLLM v0 scheduler with the 1% watermark, chunked prefill
 SERVER = [{}, {"watermark": 200.0}, {"chunked": True}, {}, {"chunked": True},
-          {"watermark": 500.0, "chunked": True, "max_prefill": 512.0}, {}]
+          {"watermark": 500.0, "chunked": True, "max_prefill": 512.0, "prefill_cap": 96},
+          {}]
 FAMILY = [{}, {}, {}, {"large_borrow": False}, {}, {}, {}]  # odma borrows by default
 
 
@@ -83,6 +84,8 @@ def small_cases(draw):
     server = {"chunked": draw(st.booleans()),
               "watermark": float(draw(st.sampled_from([0, 0, 16, 100]))),
               "max_prefill": float(draw(st.sampled_from([600, 600, 64])))}
+    if server["chunked"]:  # vLLM V1's long_prefill_token_threshold, off or binding
+        server["prefill_cap"] = draw(st.sampled_from([None, None, 24, 150]))
     family = {"large_borrow": draw(st.booleans())} if kind == "odma" else {}
     return wl, config(cap, n_slots=16, admit_window=4, max_len=256, **server), \
         kind, params_for(kind, 256, **extra), n, family

@@ -181,3 +181,30 @@ def test_cli_bad_arguments_exit_2(tmp_path, capsys):
                                "params": {"mfu": -1}}))
     with pytest.raises(ValueError, match="params.mfu"):
         cal.load_profile(bad)
+
+
+def test_profile_model_is_the_default_and_a_mismatch_is_refused(tmp_path):
+    """A profile calibrated on one model gives that model to a command given no --model;
+    another model is one clear error naming both, never the CLI default used silently."""
+    import argparse
+
+    from tuner.cli import add_scenario_args, spec_from_args
+
+    run = _bench(tmp_path)
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps({"format": cal.PROFILE_FORMAT, "device": "a100-80gb",
+                                "model": "llama-3-8b", "params": {"mfu": 0.5}}))
+    ap = argparse.ArgumentParser()
+    add_scenario_args(ap)
+    spec = spec_from_args(ap.parse_args(["--hardware", str(prof), "--trace", str(run)]))
+    assert spec.model == "llama-3-8b"
+    assert build_scenario(spec).deployment.model.name == build_scenario(
+        spec.replace(hardware="a100-80gb")).deployment.model.name
+    other = spec_from_args(ap.parse_args(["--hardware", str(prof), "--trace", str(run),
+                                          "--model", "qwen3-8b"]))
+    with pytest.raises(ValueError, match=r"calibrated on model 'llama-3-8b', not "
+                                         r"'qwen3-8b'"):
+        build_scenario(other)
+    # a library caller who names no model gets the same error, not the preset default
+    with pytest.raises(ValueError, match="calibrated on model"):
+        build_scenario(ScenarioSpec(trace=str(run), hardware=str(prof)))

@@ -4,6 +4,7 @@ case validates every method on the same held-out samples."""
 
 import json
 
+import numpy as np
 import pytest
 
 import hardware
@@ -64,3 +65,37 @@ def test_a_quick_case_validates_every_method_on_the_same_samples(tmp_path):
         assert r["vs_default"]["diff"] == pytest.approx(
             sum(a - b for a, b in zip(per, ref)) / len(per))
     assert "| h100-sharegpt-tpot20 | auto_tune |" in (out / "engine_tune.md").read_text()
+    for m in ("cmaes", "tpe"):  # a rate ladder per window per evaluation
+        assert c["methods"][m]["runs"] >= c["methods"][m]["exact_evaluations"]
+    mp = c["map"]
+    spreads = [v["spread"] for v in mp["influence"].values()]
+    assert len(spreads) == 4 and spreads == sorted(spreads, reverse=True)
+    g = mp["grid"]
+    assert g["axes"] == list(mp["influence"])[:2]
+    assert np.shape(g["goodput_rps"]) == np.shape(g["tpot_p99_s"]) == (len(g["y"]),
+                                                                        len(g["x"]))
+    assert (out / "engine_tune_h100-sharegpt-tpot20.png").stat().st_size > 10_000
+
+
+def test_map_axes_span_the_range_and_hold_the_marked_points(tmp_path):
+    """The map's axes: integers, log-spaced across the argument's range (capped at the
+    slot table), widened to hold the default and tuned points; the plot is written with
+    its provenance line."""
+    from PIL import Image
+
+    from experiments import engine_map
+
+    spec = get_system("vllm-v1")
+    seqs = engine_map.axis_values(spec, "max_num_seqs", 5, (1024.0, 96.0), upper=512)
+    assert seqs[0] == 8 and seqs[-1] == 1024 and all(v == int(v) for v in seqs)
+    assert np.all(np.diff(np.log(seqs)) > 0)
+    util = engine_map.axis_values(spec, "gpu_memory_utilization", 5, (0.9,))
+    assert util == [0.5, 0.62, 0.74, 0.86, 0.98]
+    g = {"axes": ["max_num_seqs", "gpu_memory_utilization"], "x": seqs[:3], "y": util[:2],
+         "load_rps": 3.0, "goodput_rps": [[1, 2, 3], [4, 5, 6]],
+         "ttft_p99_s": [[.1, .2, .3], [.4, .5, None]], "refused": [[0, 0, 0], [0, 0, 1]],
+         "tpot_p99_s": [[.01, .02, .03], [.04, .05, .06]], "default": [8, 0.5],
+         "tuned": [seqs[2], 0.62]}
+    png = tmp_path / "m.png"
+    engine_map.plot("case", g, (1.0, 0.02), png, {"Description": "made by a test"})
+    assert Image.open(png).text["Description"] == "made by a test"

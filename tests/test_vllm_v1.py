@@ -144,7 +144,10 @@ def test_defaults_are_vllms_own_for_the_device():
     # a policy file gives every parameter: no deployment needed to validate it
     validate_params(spec, {k: float(v) for k, v in d_big.items()}, 4096)
     with pytest.raises(ValueError, match="max_num_seqs"):
-        validate_params(spec, {**d_big, "max_num_seqs": 2000.0}, 4096, HW, big)
+        validate_params(spec, {**d_big, "max_num_seqs": 5000.0}, 4096, HW, big)
+    # vLLM's default threshold (0, off) is the budget: it never binds
+    assert float(d_big["long_prefill_token_threshold"]) == 8192
+    assert float(d_big["max_num_partial_prefills"]) == 1
     with pytest.raises(ValueError, match="integer"):
         validate_params(spec, {**d_big, "max_num_batched_tokens": 100.5}, 4096, HW, big)
 
@@ -206,3 +209,49 @@ def test_export_prints_the_tuned_engine_arguments_and_refuses_what_vllm_refuses(
     assert (defaults["max_num_seqs"], defaults["max_num_batched_tokens"]) == (256, 2048)
     with pytest.raises(ValueError, match="refuse"):
         describe(sc, "vllm-v1", {**p, "max_num_batched_tokens": 64})
+    # a threshold below the budget is printed; at or above it, vLLM's default stands
+    assert "--long-prefill-token-threshold" not in d["vllm"]["args"]
+    cut = describe(sc, "vllm-v1", {**p, "long_prefill_token_threshold": 256})
+    assert cut["vllm"]["args"]["--long-prefill-token-threshold"] == 256
+    assert "--long-prefill-token-threshold 256" in cut["vllm"]["command"]
+    assert cut["derived"]["engine"]["long_prefill_token_threshold"] == 256
+
+
+def test_long_prefill_threshold_is_paged_with_the_cap_and_off_at_the_budget():
+    """--long-prefill-token-threshold: a run with it equals paged on the host-built
+    server with the same per-request cap (the cap itself is checked against the NumPy
+    reference in test_bucketed_reference); at the budget it never binds (vLLM's 0);
+    below it, prefills are cut into more, smaller chunks, so the run differs."""
+    dep0 = engine_deployment(1024)
+    util = engine_util_for(dep0, 2500.0, seqs=SEQS, batched=TOKENS)
+    dep, inputs, params, opts = _engine_setup(util)
+
+    def run(extra):
+        st = simulate_until_done(inputs, HW, {**params, **extra}, opts, chunk_blocks=16)
+        return {k: float(v) for k, v in metrics(st, inputs, opts).items()}
+
+    off = run({})
+    assert run({"long_prefill_token_threshold": jnp.float32(TOKENS)}) == off
+    capped = run({"long_prefill_token_threshold": jnp.float32(48)})
+    assert capped != off and capped["completed"] == N
+    cap = float(engine_cfg(inputs.cfg, params, inputs.extra).capacity_tokens)
+    cfg = config(cap, n_slots=16, admit_window=4, max_len=MAX_LEN, max_batch=SEQS,
+                 max_prefill=float(TOKENS), watermark=np.floor(WATERMARK * cap),
+                 chunked=True, prefill_cap=48)
+    p_opts = make_options("paged", block=4, record=True)
+    p_inputs = make_inputs(_workload(), cfg, p_opts)
+    st2 = simulate_until_done(p_inputs, HW, {"block_size": jnp.float32(16)}, p_opts,
+                              chunk_blocks=16)
+    assert capped == {k: float(v) for k, v in metrics(st2, p_inputs, p_opts).items()}
+
+
+def test_partial_prefills_other_than_one_are_refused_as_vllm_v1_does():
+    dep, inputs, params, opts = _engine_setup(
+        engine_util_for(engine_deployment(1024), 2500.0, seqs=SEQS, batched=TOKENS))
+    spec = get_system("vllm-v1")
+    two = {**{k: float(v) for k, v in params.items()}, "max_num_partial_prefills": 2.0}
+    field, msg = spec.refusal(dep, two)
+    assert field == "max_num_partial_prefills" and "V1" in msg
+    st = simulate_until_done(inputs, HW, {**params, "max_num_partial_prefills":
+                                          jnp.float32(2)}, opts, chunk_blocks=16)
+    assert float(metrics(st, inputs, opts)["completed"]) == 0

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from tuner.common.atomic import unwritable_reason
-from tuner.scenario import SCHEDULERS, U_CALIBRATIONS, ScenarioSpec, check_spec
+from tuner.scenario import SCHEDULERS, U_CALIBRATIONS, ScenarioSpec, check_spec, profile_model
 
 __all__ = ["SCENARIO_KEYS", "add_scenario_args", "check_file", "check_flags", "check_out",
            "parse_param", "spec_from_args"]
@@ -36,8 +36,10 @@ def add_scenario_args(ap: argparse.ArgumentParser) -> None:
     d = ScenarioSpec()
     g = ap.add_argument_group("scenario")
     g.add_argument("--trace", default=None, help="trace file or preset (default: built-in)")
-    g.add_argument("--hardware", default=None, help=f"device preset (default {d.hardware})")
-    g.add_argument("--model", default=None, help=f"model preset (default {d.model})")
+    g.add_argument("--hardware", default=None, help="device preset or a tuner.calibrate "
+                   f"profile file (default {d.hardware})")
+    g.add_argument("--model", default=None, help="model preset (default: the model a "
+                   f"profile was calibrated on, else {d.model})")
     g.add_argument("--tp", type=int, default=None, help="tensor-parallel degree")
     g.add_argument("--capacity-tokens", type=int, default=None)
     g.add_argument("--rate", type=float, default=None, help="offered load, requests/s")
@@ -149,6 +151,11 @@ def spec_from_args(args, base: ScenarioSpec | None = None) -> ScenarioSpec:
     base = base or ScenarioSpec()
     check_flags(args)
     over = {k: getattr(args, k) for k in SCENARIO_KEYS if getattr(args, k, None) is not None}
+    if "model" not in over and "hardware" in over:
+        # a device profile names the model it was calibrated on: that is the default
+        pm = profile_model(over["hardware"])
+        if pm is not None:
+            over["model"] = pm
     if "n_slots" in over and "max_batch" not in over:
         over["max_batch"] = over["n_slots"]
     if getattr(args, "options", None):

@@ -17,6 +17,7 @@ from models.bucketed.memory import Budget, Resume, large_room, token_gate, water
 from models.bucketed.state import BucketAcc, BucketSlots
 from models.server import (
     ServerConfig,
+    cap_prefill,
     prefix_gate,
     prefix_sum,
     slot_targets,
@@ -63,7 +64,9 @@ def admit(sl: BucketSlots, head, acc: BucketAcc, bounds, rs: Resume, budget: Bud
     # one stacked prefix sum: normal-pool needs, prompts, large-pool needs (if any)
     m_n, m_l = ok_idx & ~in_large, ok_idx & in_large
     tok = c_prompt.astype(jnp.float32)
-    rows = [jnp.where(m_n, need, 0.0), tok]
+    # chunked: each prompt's first chunk at most long_prefill_token_threshold tokens
+    tok_now = cap_prefill(tok, cfg) if cfg.chunked else tok
+    rows = [jnp.where(m_n, need, 0.0), tok_now]
     if pol.large_pool:
         rows.append(jnp.where(m_l, need, 0.0))
     cum = prefix_sum(jnp.stack(rows))
@@ -80,7 +83,7 @@ def admit(sl: BucketSlots, head, acc: BucketAcc, bounds, rs: Resume, budget: Bud
     rank = jnp.arange(a)
     left = Budget(tokens=budget.tokens - rs.tokens, exempt=budget.exempt & (rs.n_res == 0),
                   allowed=budget.allowed)
-    fit_t, c_chunk = token_gate(cum[1], tok, left, cfg.chunked)
+    fit_t, c_chunk = token_gate(cum[1], tok_now, left, cfg.chunked)
     ok = (ok_idx & (c_arrival <= clock) & (rank < n_free)
           & (rs.n_run + rank < cfg.max_batch) & fit_t & budget.allowed
           & relax.hard(gate) & ~rs.any_waiting)

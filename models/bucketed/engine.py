@@ -24,6 +24,13 @@ config a run uses, inside the traced program, so they vmap and carry relaxed gra
   serves nothing: capacity 0, so every request is dropped. :func:`refusal` names the
   reason on the host.
 
+- ``prefill_cap`` = ``long_prefill_token_threshold``: the prefill tokens one request
+  may compute in a step (V1's scheduler caps each running and waiting request's new
+  tokens at it before the budget); at or above ``max_num_batched_tokens`` it never
+  binds, which is vLLM's default (0, off).
+- ``max_num_partial_prefills`` must be 1: V1 refuses any other value at start-up
+  (``EngineArgs._check_feature_supported``: concurrent partial prefill is a V0 feature).
+
 All byte terms are carried in units of one token's K and V in one layer, so float32
 keeps the profile's block count. ``block_size`` is a parameter too (paged's, fixed at
 the deployment's: not tuned yet).
@@ -120,9 +127,14 @@ def engine_cfg(cfg: ServerConfig, params, ex: EngineInputs) -> ServerConfig:
     util = params["gpu_memory_utilization"]
     starts = ((tokens >= seqs) & (blocks > 0) & (cap >= ex.max_model_len)
               & (ex.total * util + ex.graphs <= ex.total))
+    # absent (a caller that did not validate its params): vLLM's defaults, 1 and off
+    starts = starts & (params.get("max_num_partial_prefills", 1) == 1)  # V1 refuses others
     cap = jnp.where(starts, cap, 0.0)
+    # a threshold at or above the budget never binds (vLLM's default 0: no cap)
+    thr = params.get("long_prefill_token_threshold")
     return cfg.replace(capacity_tokens=cap, max_batch=seqs, max_prefill=tokens,
-                       watermark_tokens=_floor(WATERMARK * cap))
+                       watermark_tokens=_floor(WATERMARK * cap),
+                       prefill_cap=None if thr is None else jnp.asarray(thr, jnp.float32))
 
 
 def refusal(deployment, params) -> tuple[str, str] | None:
@@ -133,6 +145,11 @@ def refusal(deployment, params) -> tuple[str, str] | None:
     from hardware.memory_profile import vllm_memory_profile
 
     prof = deployment.profile
+    partial = int(params.get("max_num_partial_prefills", 1))
+    if partial != 1:  # vllm/engine/arg_utils.py, EngineArgs._check_feature_supported
+        return "max_num_partial_prefills", (
+            f"max_num_partial_prefills: {partial}: vLLM V1 refuses any value but 1 "
+            "(\"Concurrent Partial Prefill\" is not supported by the V1 engine)")
     try:
         p = vllm_memory_profile(
             prof.device, prof.model, tp=prof.tp, pp=prof.pp,

@@ -164,6 +164,12 @@ class _Bucketed:
                              "max_num_seqs": _tokens(cfg.max_batch),
                              "running_at_most": min(_tokens(cfg.max_batch), cfg.n_slots),
                              "max_num_batched_tokens": _tokens(cfg.max_prefill),
+                             # None: the threshold is at or above the budget (never
+                             # binds: vLLM's default 0)
+                             "long_prefill_token_threshold": (
+                                 None if cfg.prefill_cap is None
+                                 or float(cfg.prefill_cap) >= float(cfg.max_prefill)
+                                 else _tokens(cfg.prefill_cap)),
                              "starts": bool(float(cfg.capacity_tokens) > 0)}
         return out
 

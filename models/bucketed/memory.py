@@ -18,7 +18,8 @@ import jax.numpy as jnp
 
 from models import relax
 from models.bucketed.state import PROB_SCALE, BucketAcc, BucketSlots
-from models.server import ServerConfig, prefix_fit, prefix_gate, prefix_sum
+from models.server import (ServerConfig, cap_prefill, prefix_fit, prefix_gate,
+                           prefix_sum)
 
 __all__ = [
     "Budget",
@@ -308,7 +309,9 @@ def resume(sl: BucketSlots, n_run, n_wait, used, pools, slot, budget: Budget,
         need_p = pol.need_resume(params, ctx, sl.prompt, cfg)
         size, use = (large_room(pools, used, pol) if pol.large_pool
                      else (size_n, used_n))
-        rows = jnp.stack([jnp.where(waiting, need_p, 0.0), jnp.where(waiting, ctx, 0.0),
+        ctx_now = cap_prefill(ctx, cfg) if cfg.chunked else ctx  # the first chunk
+        rows = jnp.stack([jnp.where(waiting, need_p, 0.0),
+                          jnp.where(waiting, ctx_now, 0.0),
                           waiting.astype(jnp.float32)], -1)
         if pol.priority:
             cum = in_queue(sl.order, waiting, rows)
@@ -318,7 +321,7 @@ def resume(sl: BucketSlots, n_run, n_wait, used, pools, slot, budget: Budget,
             key = slot
         fit_m = relax.hard(prefix_gate(cum[:, 0], size - watermark(cfg, pol), use,
                                        waiting, t, cfg.token_scale))
-        fit_t, chunk_all = token_gate(cum[:, 1], ctx, budget, cfg.chunked)
+        fit_t, chunk_all = token_gate(cum[:, 1], ctx_now, budget, cfg.chunked)
         ok_p = waiting & fit_m & fit_t & (n_run + cum[:, 2] <= cfg.max_batch) & budget.allowed
         first_fail = jnp.min(jnp.where(waiting & ~ok_p, key, jnp.iinfo(jnp.int32).max))
         resumed = ok_p & (key < first_fail)

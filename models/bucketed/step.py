@@ -20,7 +20,7 @@ from models.bucketed.memory import (Budget, Overflow, Resume, in_queue, overflow
                                     resume)
 from models.bucketed.state import BucketAcc, BucketRecord, BucketSlots, SimState
 from models.family import IterLog
-from models.server import Finished, ServerConfig, pack_bits
+from models.server import Finished, ServerConfig, cap_prefill, pack_bits
 from models.workload import Workload
 
 __all__ = ["step"]
@@ -150,8 +150,8 @@ def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, pol,
         sl, acc, ov = overflow(sl, acc, pools, params, t, cfg, pol)  # 2
         left = jnp.maximum(budget_all - jnp.sum(ov.decoding), 0.0)
         part = (sl.status == 1) & (sl.todo > 0)
-        cont = jnp.where(part, jnp.minimum(sl.todo.astype(jnp.float32),
-                                           left - _before(part, sl.todo)), 0.0)
+        want = cap_prefill(sl.todo.astype(jnp.float32), cfg)  # this step's chunk at most
+        cont = jnp.where(part, jnp.minimum(want, left - _before(part, want)), 0.0)
         cont = jnp.maximum(cont, 0.0)
         sl = sl.replace(todo=sl.todo - jnp.round(cont).astype(jnp.int32))
         budget = Budget(tokens=left - jnp.sum(cont), exempt=~yes, allowed=ov.n_pre == 0)

@@ -89,6 +89,9 @@ def _vllm_v1_defaults(max_len, hw, deployment):
     return {"max_num_seqs": float(d["max_num_seqs"]),
             "max_num_batched_tokens": float(d["max_num_batched_tokens"]),
             "gpu_memory_utilization": 0.9,
+            # vLLM's 0 (off) is any threshold >= the budget: shown as the budget
+            "long_prefill_token_threshold": float(d["max_num_batched_tokens"]),
+            "max_num_partial_prefills": 1.0,
             "block_size": float(getattr(deployment.profile, "block_size", 16))}
 
 
@@ -108,20 +111,32 @@ VLLM_V1 = register_system(SystemSpec(
     params=(
         ParamSpec("max_num_seqs", "int_log", "sequences",
                   "--max-num-seqs: running requests at most (the slot table bounds it)",
-                  8.0, 1024.0),
+                  8.0, 2048.0),
         ParamSpec("max_num_batched_tokens", "int_log", "tokens",
                   "--max-num-batched-tokens: tokens per step (decodes + prefill chunks)",
                   64.0, 16384.0),
         ParamSpec("gpu_memory_utilization", "interval", "share of device memory",
                   "--gpu-memory-utilization: what vLLM may use (weights, activations, "
                   "KV)", 0.5, 0.98),
+        ParamSpec("long_prefill_token_threshold", "int_log", "tokens",
+                  "--long-prefill-token-threshold: prefill tokens one request may "
+                  "compute per step (at or above the budget: off, vLLM's default 0)",
+                  16.0, 16384.0),
+        ParamSpec("max_num_partial_prefills", "integer", "sequences",
+                  "--max-num-partial-prefills: vLLM V1 starts only with 1 (not tuned)",
+                  tunable=False),
         ParamSpec("block_size", "integer", "tokens", "--block-size: KV block size (the "
                   "deployment's; not tuned)", tunable=False),
     ),
     defaults=_vllm_v1_defaults, device_defaults=True, refusal=_vllm_v1_refusal,
     baselines=("paged",),
     sources=("vLLM V1 engine defaults: vllm/engine/arg_utils.py (PR #17885), see "
-             "hardware.memory_profile.vllm_defaults; ranges: max_num_seqs 8-1024 and "
+             "hardware.memory_profile.vllm_defaults; ranges: max_num_seqs 8-2048 "
+             "(vLLM's H100 default 1024 inside, not on the bound, where a search "
+             "in the logistic theta space could not move it) and "
              "max_num_batched_tokens 64-16384 span vLLM's defaults and auto_tune's grids "
              "(benchmarks/auto_tune); gpu_memory_utilization 0.5-0.98 (auto_tune starts "
-             "at 0.98)",)))
+             "at 0.98)", "long_prefill_token_threshold: vllm/v1/core/sched/scheduler.py "
+             "(each request's new tokens capped before the token budget); "
+             "max_num_partial_prefills: vllm/engine/arg_utils.py "
+             "_check_feature_supported (V1 refuses values other than 1)",)))

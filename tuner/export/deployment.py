@@ -89,6 +89,11 @@ def vllm_args(sc: Scenario, block_size: int = VLLM_BLOCK_SIZE) -> dict:
                  "--max-num-seqs": max_batch, "--max-num-batched-tokens": max_prefill,
                  "--max-model-len": max_model_len})
     chunked = bool(cfg.chunked)
+    cap_p = getattr(cfg, "prefill_cap", None)
+    if chunked and cap_p is not None and int(float(cap_p)) < max_prefill:
+        # vLLM V1's per-request cap on a step's prefill tokens (at or above the budget
+        # it never binds: the flag is left at vLLM's default, 0)
+        args["--long-prefill-token-threshold"] = int(float(cap_p))
     if chunked:
         args["--enable-chunked-prefill"] = True  # a switch: no value on the command line
     cmd = ["vllm", "serve", args["--model"]]
@@ -279,9 +284,11 @@ def engine_scenario(sc: Scenario, params: dict) -> Scenario:
                       "enforce_eager": prof.enforce_eager, "enable_chunked_prefill": True})
     cap = float(dep.kv_capacity_tokens)
     watermark = float(getattr(sc.spec, "watermark", 0.01))
+    thr = params.get("long_prefill_token_threshold")
     cfg = sc.cfg.replace(capacity_tokens=jnp.float32(cap), max_batch=jnp.int32(seqs),
                          max_prefill=jnp.float32(tokens),
-                         watermark_tokens=jnp.float32(np.floor(watermark * cap)))
+                         watermark_tokens=jnp.float32(np.floor(watermark * cap)),
+                         prefill_cap=None if thr is None else jnp.float32(int(thr)))
     # the spec the measurement kit's commands repeat (its slot table holds max_num_seqs)
     spec = dataclasses.replace(sc.spec, max_batch=seqs, max_prefill=tokens,
                                gpu_memory_utilization=util, block_size=block,

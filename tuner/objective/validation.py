@@ -33,8 +33,8 @@ from tuner.objective.evaluate import evaluate_many
 from tuner.scenario import ScenarioSpec, build_scenario
 from tuner.workloads.presets import resolve_trace
 
-__all__ = ["Windows", "plan_windows", "validate", "interval", "verdict", "MIN_WINDOW",
-           "HOLDOUT_SEED", "OUTCOMES", "sample_key"]
+__all__ = ["Windows", "plan_windows", "validate", "interval", "compare_paired", "verdict",
+           "MIN_WINDOW", "HOLDOUT_SEED", "OUTCOMES", "sample_key"]
 
 MIN_WINDOW = 64       # requests in a window, at least
 HOLDOUT_SEED = 1000   # held-out seeds are seed + 1000 + k
@@ -229,7 +229,7 @@ def validate(system: str, policies: dict, objective: str, win: Windows, seeds: i
     return out
 
 
-def _compare(tuned: list, other: list) -> dict:
+def compare_paired(tuned: list, other: list) -> dict:
     """Tuned minus ``other`` on paired samples: the mean difference, its interval and
     ``better``/``worse``/``indistinguishable``, or ``undetermined`` (``ci`` None and
     ``why``) below two samples or when every paired difference is equal."""
@@ -274,7 +274,7 @@ def verdict(mets: dict, objective: str, baselines: tuple[str, ...]) -> dict:
     t = mets["tuned"]
     rows = {}
     for name in ("default", *baselines):
-        rows[name] = _compare(t["objective_per_sample"], mets[name]["objective_per_sample"])
+        rows[name] = compare_paired(t["objective_per_sample"], mets[name]["objective_per_sample"])
         for m in SLO_METRICS:
             if m in t and m in mets[name]:
                 rows[name][m] = [t[m], mets[name][m]]

@@ -29,7 +29,8 @@ from tuner.workloads.traces import Trace, summary, to_workload
 
 __all__ = ["CALIBRATION_MAX", "CALIBRATION_MIN", "DEFAULT_RATE", "KV_CACHE_DTYPES",
            "PREDICTOR_CACHE", "SCHEDULERS", "U_CALIBRATIONS", "Scenario", "ScenarioSpec",
-           "build_scenario", "check_spec", "clip_lengths", "resolve_hardware",
+           "build_scenario", "check_profile_model", "check_spec", "clip_lengths",
+           "profile_model", "resolve_hardware",
            "scale_to_max_tokens"]
 
 DEFAULT_RATE = 5.0  # req/s for traces without timestamps (Azure conv. averages 5.53)
@@ -450,6 +451,7 @@ def build_scenario(spec: ScenarioSpec) -> Scenario:
                          f"{n_total} requests")
     sl = slice(spec.offset, end)
     device, calibrated = resolve_hardware(spec.hardware)
+    check_profile_model(spec)
     dep = _deployment(spec, device)
     max_pos = int(dep.model.max_position)
     if spec.max_model_len is not None:
@@ -580,6 +582,33 @@ def resolve_hardware(name: str) -> tuple[str, dict]:
         prof = load_profile(name)
         return prof["device"], profile_values(prof)
     return name, {}
+
+
+def profile_model(hardware_name: str) -> str | None:
+    """The model a device profile file was calibrated on (its ``model`` field), or None
+    for a preset name or a profile that does not record one."""
+    if not str(hardware_name).endswith(".json"):
+        return None
+    from hardware.profile import load_profile
+
+    m = load_profile(hardware_name).get("model")
+    return m if isinstance(m, str) and m else None
+
+
+def check_profile_model(spec: ScenarioSpec) -> None:
+    """A profile's efficiencies are fitted to one model's step times: applying them to
+    another model is refused (ValueError naming both), never done silently."""
+    pm = profile_model(spec.hardware)
+    if pm is None:
+        return
+    try:
+        same = hardware.get_model(pm).name == hardware.get_model(spec.model).name
+    except ValueError:
+        same = False
+    if not same:
+        raise ValueError(f"hardware {spec.hardware}: this device profile was calibrated "
+                         f"on model {pm!r}, not {spec.model!r}; give --model {pm} (or a "
+                         "device preset, or a profile calibrated on that model)")
 
 
 def _slos(spec: ScenarioSpec, roof, prompt, output) -> dict:
