@@ -4,8 +4,10 @@ and goodput and tail latencies over the two that matter most.
 :func:`influence` moves each tunable engine argument alone across its range (the others
 at the tuned point) and scores it by the searches' own exact training objective (the
 fixed-horizon goodput ladder on the training windows, ``Problem.batch``): the spread
-(best - worst) ranks the arguments; a setting vLLM would refuse at start-up serves
-nothing (goodput 0, no latencies). :func:`grid_map` evaluates a grid over the two
+(best - worst) ranks the arguments. Each argument's values start where vLLM starts
+(:func:`feasible_lower`: a token budget below ``max_num_seqs`` is refused, and would
+otherwise fill the sweep with zeros); a setting vLLM still refuses serves nothing
+(goodput 0, no latencies). :func:`grid_map` evaluates a grid over the two
 arguments with the largest spread (the others at the tuned point): the exact goodput,
 and TTFT / TPOT p99 at one fixed load, the goodput vLLM's default sustains (the load an
 operator already serves, so the panels show what a setting does to it).
@@ -21,24 +23,58 @@ import math
 
 import numpy as np
 
-__all__ = ["axis_values", "grid_map", "influence", "plot"]
+__all__ = ["axis_values", "feasible_lower", "grid_map", "influence", "plot"]
 
 POINTS = 5  # values per argument in the sweeps and per axis of the grid
 
 
-def axis_values(spec, name: str, points: int, include=(), upper: float | None = None):
-    """``points`` values of the tunable argument ``name`` across its range (log-spaced
-    for an ``int_log`` domain, integers), widened to hold the values in ``include``;
-    ``upper`` caps the range (the slot table for ``max_num_seqs``)."""
+def _range(spec, name: str, upper: float | None = None) -> tuple[float, float, bool]:
     ps = next(p for p in spec.params if p.name == name)
-    lo, hi = float(ps.lower), float(ps.upper)
-    if upper is not None:
-        hi = min(hi, float(upper))
-    lo = min([lo, *map(float, include)])
-    hi = max([hi, *map(float, include)])
-    if ps.domain == "int_log":
+    hi = float(ps.upper) if upper is None else min(float(ps.upper), float(upper))
+    return float(ps.lower), hi, ps.domain == "int_log"
+
+
+def _spaced(lo: float, hi: float, points: int, log: bool) -> list[float]:
+    if log:
         return [float(v) for v in np.unique(np.round(np.geomspace(lo, hi, points)))]
     return [float(v) for v in np.round(np.linspace(lo, hi, points), 4)]
+
+
+def axis_values(spec, name: str, points: int, include=(), upper: float | None = None,
+                lower: float | None = None):
+    """``points`` values of the tunable argument ``name`` across its range (log-spaced
+    for an ``int_log`` domain, integers), widened to hold the values in ``include``;
+    ``upper`` caps the range (the slot table for ``max_num_seqs``), ``lower`` raises its
+    low end (where vLLM starts: :func:`feasible_lower`)."""
+    lo, hi, log = _range(spec, name, upper)
+    if lower is not None:
+        lo = max(lo, float(lower))
+    lo = min([lo, *map(float, include)])
+    hi = max([hi, *map(float, include)])
+    return _spaced(lo, hi, points, log)
+
+
+FINE = 41  # candidate values per argument when looking for where vLLM starts
+
+
+def feasible_lower(spec, deployment, base: dict, name: str, others=None,
+                   upper: float | None = None) -> float | None:
+    """The smallest of :data:`FINE` candidate values of ``name`` across its range at
+    which vLLM starts (the system's ``refusal`` is None) for some combination of the
+    candidate values in ``others`` ({argument: values}; the rest at ``base``); None
+    where it starts at none. The map's axes begin there, so that its cells are not
+    spent on settings vLLM refuses (a token budget below ``max_num_seqs``)."""
+    import itertools
+
+    lo, hi, log = _range(spec, name, upper)
+    others = others or {}
+    combos = list(itertools.product(*others.values())) or [()]
+    for v in _spaced(lo, hi, FINE, log):
+        for combo in combos:
+            p = {**base, name: v, **dict(zip(others, combo))}
+            if spec.refusal(deployment, {k: float(x) for k, x in p.items()}) is None:
+                return v
+    return None
 
 
 def _at_load(train, system: str, settings: list[dict], load_rps: float, log) -> list:
@@ -60,7 +96,7 @@ def _at_load(train, system: str, settings: list[dict], load_rps: float, log) -> 
     return out
 
 
-def influence(score, system: str, tuned: dict, default: dict, *, slots: int,
+def influence(score, system: str, deployment, tuned: dict, default: dict, *, slots: int,
               points: int = POINTS) -> dict:
     """Each tunable argument's goodput sweep around the tuned point (``score(settings)``:
     the training objective of each setting): ``{name: {"values", "goodput",
@@ -72,8 +108,10 @@ def influence(score, system: str, tuned: dict, default: dict, *, slots: int,
     for ps in spec.params:
         if not ps.tunable:
             continue
+        upper = slots if ps.name == "max_num_seqs" else None
         vals = axis_values(spec, ps.name, points, (tuned[ps.name], default[ps.name]),
-                           upper=slots if ps.name == "max_num_seqs" else None)
+                           upper=upper, lower=feasible_lower(spec, deployment, tuned,
+                                                            ps.name, upper=upper))
         g = [float(x) for x in score([{**tuned, ps.name: v} for v in vals])]
         out[ps.name] = {"values": vals, "goodput": g, "spread": max(g) - min(g)}
     return dict(sorted(out.items(), key=lambda kv: -kv[1]["spread"]))
@@ -88,8 +126,18 @@ def grid_map(score, train, system: str, tuned: dict, default: dict,
     from models import get_system
 
     spec = get_system(system)
-    xs, ys = (axis_values(spec, a, points, (tuned[a], default[a]),
-                          upper=slots if a == "max_num_seqs" else None) for a in axes)
+    def upper(a):
+        return slots if a == "max_num_seqs" else None
+
+    def fine(a):
+        lo, hi, log = _range(spec, a, upper(a))
+        return _spaced(lo, hi, FINE, log)
+
+    dep = train[0].deployment
+    xs, ys = (axis_values(spec, a, points, (tuned[a], default[a]), upper=upper(a),
+                          lower=feasible_lower(spec, dep, tuned, a, {b: fine(b)},
+                                               upper(a)))
+              for a, b in (axes, axes[::-1]))
     settings = [{**tuned, axes[0]: x, axes[1]: y} for y in ys for x in xs]
     good = [float(x) for x in score(settings)]
     at_load = _at_load(train, system, settings, load_rps, log)

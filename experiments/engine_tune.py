@@ -248,7 +248,8 @@ def _map(name: str, win, st, methods: dict, default: dict) -> dict:
         _log(f"{name}: map: vLLM's default sustains no load on the training windows; "
              "no map")
         return {"tuned_by": by, "skipped": "the default's training goodput is 0"}
-    inf = engine_map.influence(score, SYSTEM, tuned, default, slots=SLOTS)
+    inf = engine_map.influence(score, SYSTEM, train[0].deployment, tuned, default,
+                               slots=SLOTS)
     axes = tuple(list(inf)[:2])
     grid = engine_map.grid_map(score, train, SYSTEM, tuned, default, axes,
                                load_rps=load, slots=SLOTS, log=_log)
@@ -262,6 +263,14 @@ def _map(name: str, win, st, methods: dict, default: dict) -> dict:
 def _thr(p: dict) -> str:
     t = p.get("long_prefill_token_threshold")
     return "off" if t is None or t >= p["max_num_batched_tokens"] else f"{t:.0f}"
+
+
+def _vs(c: dict) -> str:
+    """A paired comparison: relative difference, interval and status; an undetermined
+    one says why (no interval can be drawn)."""
+    if c["ci"] is None:
+        return f"{c['relative'] * 100:+.1f}%, undetermined ({c.get('why', '')})"
+    return f"{c['relative'] * 100:+.1f}% {_ci(c['ci'])} {c['status']}"
 
 
 def _ci(ci) -> str:
@@ -283,9 +292,8 @@ def render(res: dict) -> str:
     for name, c in res["cases"].items():
         for m, r in c["methods"].items():
             p, h = r["params"], r["held_out"]
-            vs = {ref: (f"{r[f'vs_{ref}']['relative'] * 100:+.1f}% "
-                        f"{_ci(r[f'vs_{ref}']['ci'])} {r[f'vs_{ref}']['status']}"
-                        if f"vs_{ref}" in r else "-") for ref in ("default", "auto_tune")}
+            vs = {ref: _vs(r[f"vs_{ref}"]) if f"vs_{ref}" in r else "-"
+                  for ref in ("default", "auto_tune")}
             L.append(f"| {name} | {m} | {p['max_num_seqs']:.0f} / "
                      f"{p['max_num_batched_tokens']:.0f} / "
                      f"{p['gpu_memory_utilization']:.3g} / {_thr(p)} | "

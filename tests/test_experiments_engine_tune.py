@@ -96,6 +96,17 @@ def test_map_axes_span_the_range_and_hold_the_marked_points(tmp_path):
          "ttft_p99_s": [[.1, .2, .3], [.4, .5, None]], "refused": [[0, 0, 0], [0, 0, 1]],
          "tpot_p99_s": [[.01, .02, .03], [.04, .05, .06]], "default": [8, 0.5],
          "tuned": [seqs[2], 0.62]}
+    # the axes begin where vLLM starts: a budget below max_num_seqs is refused
+    h100 = hardware.make_deployment("h100-80gb", "qwen3-8b", tp=1, engine="vllm-v1")
+    base = {"max_num_seqs": 1704.0, "max_num_batched_tokens": 15731.0,
+            "gpu_memory_utilization": 0.93, "long_prefill_token_threshold": 435.0,
+            "max_num_partial_prefills": 1.0, "block_size": 16.0}
+    low = engine_map.feasible_lower(spec, h100, base, "max_num_batched_tokens")
+    assert 1704 <= low < 1.2 * 1704
+    assert spec.refusal(h100, {**base, "max_num_batched_tokens": low}) is None
+    assert engine_map.feasible_lower(spec, h100, base, "max_num_seqs") == 8
+    toks = engine_map.axis_values(spec, "max_num_batched_tokens", 5, (8192.0,), lower=low)
+    assert toks[0] == low and toks[-1] == 16384
     png = tmp_path / "m.png"
     engine_map.plot("case", g, (1.0, 0.02), png, {"Description": "made by a test"})
     assert Image.open(png).text["Description"] == "made by a test"
