@@ -81,8 +81,11 @@ def _log(msg: str) -> None:
 
 
 def _setting(seqs, tokens, util, block) -> dict:
+    """One grid setting; no long-prefill cap (a threshold at the budget never binds:
+    vLLM's default, 0, for this budget)."""
     return {"max_num_seqs": float(seqs), "max_num_batched_tokens": float(tokens),
-            "gpu_memory_utilization": float(util), "block_size": float(block)}
+            "gpu_memory_utilization": float(util), "block_size": float(block),
+            "long_prefill_token_threshold": float(tokens)}
 
 
 def run_case(name: str, fields: dict, grid: list, realisations: int, slots: int,

@@ -149,8 +149,11 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
     for s in AUTO_TUNE_SEQS:
         for k in AUTO_TUNE_TOKENS:
             u, met = auto_tune_util(system, whole.deployment, s, k)
+            # auto_tune leaves --long-prefill-token-threshold at vLLM's 0 (off): a
+            # threshold at the budget never binds
             grid.append({"max_num_seqs": float(s), "max_num_batched_tokens": float(k),
-                         "gpu_memory_utilization": u, "block_size": default["block_size"]})
+                         "gpu_memory_utilization": u, "block_size": default["block_size"],
+                         "long_prefill_token_threshold": float(k)})
             if met:
                 stepped[f"{s}/{k}"] = {"util": u, "steps": len(met), "first": met[0]}
     train = [build_scenario(w) for w in win.train]
