@@ -255,3 +255,16 @@ def test_partial_prefills_other_than_one_are_refused_as_vllm_v1_does():
     st = simulate_until_done(inputs, HW, {**params, "max_num_partial_prefills":
                                           jnp.float32(2)}, opts, chunk_blocks=16)
     assert float(metrics(st, inputs, opts)["completed"]) == 0
+
+
+@pytest.mark.xfail(strict=True, reason="known defect (issue 34): the default threshold is "
+                   "the device's default budget, so a policy that raises the budget and "
+                   "names no threshold is capped where vLLM's default (0) is not; fix: "
+                   "range 16-32768, default 16384 (needs a regeneration of every result)")
+def test_the_default_threshold_never_binds_at_any_budget():
+    spec = get_system("vllm-v1")
+    a100 = hardware.make_deployment("a100-40gb", "qwen3-8b", tp=1, engine="vllm-v1",
+                                    engine_args={"max_model_len": 8192})
+    d = spec.default_params(4096, HW, a100)
+    top = next(p.upper for p in spec.params if p.name == "max_num_batched_tokens")
+    assert float(d["long_prefill_token_threshold"]) >= top
