@@ -207,7 +207,7 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
                     v["objective_per_sample"], mets[ref]["objective_per_sample"])
     out = {"spec": base.to_dict(), "windows": win.note, "slo_s": [pinned["ttft_slo_s"],
                                                                   pinned["tpot_slo_s"]],
-           "map": _map(name, win, st, methods, default) if do_map else None,
+           "map": _map(name, win, train, st, methods, default) if do_map else None,
            "evals": evals, "holdout_seeds": seeds, "methods": methods,
            "validation_wall_s": val_wall, "sample_note": mets["default"]["sample_note"]}
     _log(f"{name}: held out " + ", ".join(
@@ -215,17 +215,17 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
     return out
 
 
-def _map(name: str, win, st, methods: dict, default: dict) -> dict:
+def _map(name: str, win, train: list, st, methods: dict, default: dict) -> dict:
     """The operator's map (:mod:`experiments.engine_map`) around the better search's
     policy (by held-out mean): the arguments ranked by influence, and the grid over the
     two that matter most, scored by the searches' own training problem (``st``: the
     same settings, so the same compiled program), with the latencies at the load vLLM's
-    default sustains on the training windows."""
+    default sustains on the training windows (``train``: their scenarios, built once by
+    :func:`run_case`)."""
     import jax.numpy as jnp
 
     from experiments import engine_map
     from tuner.objective.evaluate import evaluate_many
-    from tuner.scenario import build_scenario
     from tuner.search.fitting import build_problem
 
     t0 = time.perf_counter()
@@ -244,7 +244,6 @@ def _map(name: str, win, st, methods: dict, default: dict) -> dict:
             out.extend(float(v) for v in vals[:len(part)])
         return out
 
-    train = [build_scenario(w) for w in win.train]
     load = float(evaluate_many([(tuple(train), SYSTEM, default)], objective=OBJECTIVE)[0][
         "objective"])
     if not load > 0:

@@ -72,8 +72,11 @@ class ServerConfig:
 
 
 def cap_prefill(tokens, cfg: ServerConfig):
-    """``tokens`` a request would prefill now, at most ``cfg.prefill_cap`` of them."""
-    return tokens if cfg.prefill_cap is None else jnp.minimum(tokens, cfg.prefill_cap)
+    """``tokens`` a request would prefill now: with chunked prefill at most
+    ``cfg.prefill_cap`` of them; without it (or with no cap) all of them."""
+    if not cfg.chunked or cfg.prefill_cap is None:
+        return tokens
+    return jnp.minimum(tokens, cfg.prefill_cap)
 
 
 @struct.dataclass

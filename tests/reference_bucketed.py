@@ -82,8 +82,10 @@ should be aligned with these.
     ``gamma[k]`` for the first bound ``k`` (in level order) with ``np.float32(b_k) >=
     pred`` (the last gamma when none fits). Paged admission: ``r = ceil((prompt+1)/k)*k -
     prompt``.
-12. Pools. odma large pool size is ``floor(large_share * C)`` computed in float64 Python
-    (``math.floor(float(large_share) * C)``); normal is the rest. Other systems: one pool
+12. Pools. odma large pool size is ``floor(large_share * C)`` with the product rounded
+    to float32 first (``math.floor(np.float32(large_share) * np.float32(C))``: a share of
+    0.45 of 200 tokens is 90, not the 89 that float64 makes of float32(0.45) * 200);
+    normal is the rest. Other systems: one pool
     of C tokens, the large pool has size 0.
 13. ODMA window. The ring has exactly ``window`` entries. Prior: ``prior_lengths`` if
     given (the last ``window`` entries if longer, tiled with ``np.resize`` if shorter),
@@ -244,7 +246,7 @@ def simulate_reference(arrival, prompt, output, pred, u, valid, *, kind, params,
         levels = [float(p) for p in params["levels"]]
         gamma = np.asarray(params["gamma"], np.float32)
         tau = np.float32(params["tau"])
-        large_size = int(math.floor(float(params["large_share"]) * C))
+        large_size = int(math.floor(np.float32(params["large_share"]) * np.float32(C)))
         pool_size = [C - large_size, large_size]
         ring = initial_ring(pred, valid, max_len=max_len, window=int(window),
                             prior_lengths=prior_lengths)

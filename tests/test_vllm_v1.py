@@ -145,8 +145,8 @@ def test_defaults_are_vllms_own_for_the_device():
     validate_params(spec, {k: float(v) for k, v in d_big.items()}, 4096)
     with pytest.raises(ValueError, match="max_num_seqs"):
         validate_params(spec, {**d_big, "max_num_seqs": 5000.0}, 4096, HW, big)
-    # vLLM's default threshold (0, off) is the budget: it never binds
-    assert float(d_big["long_prefill_token_threshold"]) == 8192
+    # vLLM's default threshold (0, off) is at or above every budget: it never binds
+    assert float(d_big["long_prefill_token_threshold"]) == 16384
     assert float(d_big["max_num_partial_prefills"]) == 1
     with pytest.raises(ValueError, match="integer"):
         validate_params(spec, {**d_big, "max_num_batched_tokens": 100.5}, 4096, HW, big)
@@ -257,10 +257,6 @@ def test_partial_prefills_other_than_one_are_refused_as_vllm_v1_does():
     assert float(metrics(st, inputs, opts)["completed"]) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="known defect (issue 34): the default threshold is "
-                   "the device's default budget, so a policy that raises the budget and "
-                   "names no threshold is capped where vLLM's default (0) is not; fix: "
-                   "range 16-32768, default 16384 (needs a regeneration of every result)")
 def test_the_default_threshold_never_binds_at_any_budget():
     spec = get_system("vllm-v1")
     a100 = hardware.make_deployment("a100-40gb", "qwen3-8b", tp=1, engine="vllm-v1",
@@ -268,3 +264,5 @@ def test_the_default_threshold_never_binds_at_any_budget():
     d = spec.default_params(4096, HW, a100)
     top = next(p.upper for p in spec.params if p.name == "max_num_batched_tokens")
     assert float(d["long_prefill_token_threshold"]) >= top
+    thr = next(p for p in spec.params if p.name == "long_prefill_token_threshold")
+    assert thr.lower < float(d["long_prefill_token_threshold"]) < thr.upper  # searchable

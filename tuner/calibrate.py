@@ -103,7 +103,7 @@ def main(argv=None) -> int:
                                                  n_requests=None))
         if not args.hardware:
             raise ValueError("--hardware is required: a device preset or a profile file")
-        device, calibrated = resolve_hardware(args.hardware)
+        device, calibrated, _ = resolve_hardware(args.hardware)
         files = [(f, True) for f in args.measured] + [(f, False) for f in args.heldout]
         pairs, all_ = [], []
         for path, fitted in files:

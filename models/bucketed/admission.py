@@ -65,7 +65,7 @@ def admit(sl: BucketSlots, head, acc: BucketAcc, bounds, rs: Resume, budget: Bud
     m_n, m_l = ok_idx & ~in_large, ok_idx & in_large
     tok = c_prompt.astype(jnp.float32)
     # chunked: each prompt's first chunk at most long_prefill_token_threshold tokens
-    tok_now = cap_prefill(tok, cfg) if cfg.chunked else tok
+    tok_now = cap_prefill(tok, cfg)
     rows = [jnp.where(m_n, need, 0.0), tok_now]
     if pol.large_pool:
         rows.append(jnp.where(m_l, need, 0.0))

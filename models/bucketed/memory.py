@@ -309,7 +309,7 @@ def resume(sl: BucketSlots, n_run, n_wait, used, pools, slot, budget: Budget,
         need_p = pol.need_resume(params, ctx, sl.prompt, cfg)
         size, use = (large_room(pools, used, pol) if pol.large_pool
                      else (size_n, used_n))
-        ctx_now = cap_prefill(ctx, cfg) if cfg.chunked else ctx  # the first chunk
+        ctx_now = cap_prefill(ctx, cfg)  # the first chunk
         rows = jnp.stack([jnp.where(waiting, need_p, 0.0),
                           jnp.where(waiting, ctx_now, 0.0),
                           waiting.astype(jnp.float32)], -1)

@@ -80,6 +80,9 @@ ODMA_PB = register_system(SystemSpec(
              "per-bucket inflation are our extension (the papers use B = 4 and one gamma)")))
 
 
+_BUDGET_TOP = 16384.0  # max_num_batched_tokens' upper bound (see the sources below)
+
+
 def _vllm_v1_defaults(max_len, hw, deployment):
     """vLLM V1's own defaults for the deployment's device (``vllm serve``) and
     ``gpu_memory_utilization`` 0.9 (hardware.memory_profile.vllm_defaults)."""
@@ -89,8 +92,9 @@ def _vllm_v1_defaults(max_len, hw, deployment):
     return {"max_num_seqs": float(d["max_num_seqs"]),
             "max_num_batched_tokens": float(d["max_num_batched_tokens"]),
             "gpu_memory_utilization": 0.9,
-            # vLLM's 0 (off) is any threshold >= the budget: shown as the budget
-            "long_prefill_token_threshold": float(d["max_num_batched_tokens"]),
+            # vLLM's 0 (off) is any threshold >= the budget: shown as the largest
+            # budget the search may try, so a raised budget stays uncapped
+            "long_prefill_token_threshold": _BUDGET_TOP,
             "max_num_partial_prefills": 1.0,
             "block_size": float(getattr(deployment.profile, "block_size", 16))}
 
@@ -114,14 +118,14 @@ VLLM_V1 = register_system(SystemSpec(
                   8.0, 2048.0),
         ParamSpec("max_num_batched_tokens", "int_log", "tokens",
                   "--max-num-batched-tokens: tokens per step (decodes + prefill chunks)",
-                  64.0, 16384.0),
+                  64.0, _BUDGET_TOP),
         ParamSpec("gpu_memory_utilization", "interval", "share of device memory",
                   "--gpu-memory-utilization: what vLLM may use (weights, activations, "
                   "KV)", 0.5, 0.98),
         ParamSpec("long_prefill_token_threshold", "int_log", "tokens",
                   "--long-prefill-token-threshold: prefill tokens one request may "
                   "compute per step (at or above the budget: off, vLLM's default 0)",
-                  16.0, 16384.0),
+                  16.0, 2.0 * _BUDGET_TOP),
         ParamSpec("max_num_partial_prefills", "integer", "sequences",
                   "--max-num-partial-prefills: vLLM V1 starts only with 1 (not tuned)",
                   tunable=False),
@@ -137,6 +141,8 @@ VLLM_V1 = register_system(SystemSpec(
              "max_num_batched_tokens 64-16384 span vLLM's defaults and auto_tune's grids "
              "(benchmarks/auto_tune); gpu_memory_utilization 0.5-0.98 (auto_tune starts "
              "at 0.98)", "long_prefill_token_threshold: vllm/v1/core/sched/scheduler.py "
-             "(each request's new tokens capped before the token budget); "
+             "(each request's new tokens capped before the token budget); its range "
+             "16-32768 holds the default (16,384, the top budget: never binds, vLLM's 0) "
+             "inside, not on the bound; "
              "max_num_partial_prefills: vllm/engine/arg_utils.py "
              "_check_feature_supported (V1 refuses values other than 1)",)))

@@ -450,8 +450,8 @@ def build_scenario(spec: ScenarioSpec) -> Scenario:
         raise ValueError(f"trace {spec.trace}: slice [{spec.offset}, {end}) is outside its "
                          f"{n_total} requests")
     sl = slice(spec.offset, end)
-    device, calibrated = resolve_hardware(spec.hardware)
-    check_profile_model(spec)
+    device, calibrated, pm = resolve_hardware(spec.hardware)
+    check_profile_model(spec, pm)
     dep = _deployment(spec, device)
     max_pos = int(dep.model.max_position)
     if spec.max_model_len is not None:
@@ -572,16 +572,22 @@ def _deployment(spec: ScenarioSpec, device: str) -> hardware.Deployment:
                      "enable_chunked_prefill": chunked})
 
 
-def resolve_hardware(name: str) -> tuple[str, dict]:
+def resolve_hardware(name: str) -> tuple[str, dict, str | None]:
     """A device preset name, or a device profile file from ``tuner.calibrate`` (a path
-    ending in ``.json``): the device name and the calibrated roofline fields ({} for a
-    preset)."""
+    ending in ``.json``): the device name, the calibrated roofline fields ({} for a
+    preset) and the model the profile was calibrated on (None for a preset or a profile
+    that does not record one)."""
     if str(name).endswith(".json"):
         from hardware.profile import load_profile, profile_values
 
         prof = load_profile(name)
-        return prof["device"], profile_values(prof)
-    return name, {}
+        return prof["device"], profile_values(prof), _model_of(prof)
+    return name, {}, None
+
+
+def _model_of(prof: dict) -> str | None:
+    m = prof.get("model")
+    return m if isinstance(m, str) and m else None
 
 
 def profile_model(hardware_name: str) -> str | None:
@@ -591,14 +597,15 @@ def profile_model(hardware_name: str) -> str | None:
         return None
     from hardware.profile import load_profile
 
-    m = load_profile(hardware_name).get("model")
-    return m if isinstance(m, str) and m else None
+    return _model_of(load_profile(hardware_name))
 
 
-def check_profile_model(spec: ScenarioSpec) -> None:
+def check_profile_model(spec: ScenarioSpec, pm: str | None = None) -> None:
     """A profile's efficiencies are fitted to one model's step times: applying them to
-    another model is refused (ValueError naming both), never done silently."""
-    pm = profile_model(spec.hardware)
+    another model is refused (ValueError naming both), never done silently. ``pm``: the
+    profile's model when the caller has loaded it already (else read from the file)."""
+    if pm is None:
+        pm = profile_model(spec.hardware)
     if pm is None:
         return
     try:
