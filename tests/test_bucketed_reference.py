@@ -105,6 +105,21 @@ def test_properties_and_parity_on_random_workloads(case):
     np.testing.assert_equal(again, m)
 
 
+def test_odma_pool_split_where_float32_and_float64_round_apart():
+    """CI's hypothesis case: a large share of 0.45 of 200 tokens is 90 tokens in the
+    simulator's float32 (float64 makes 89.99999 of float32(0.45) * 200, floor 89);
+    the reference follows the float32 product, and the pool use says which split ran
+    (8 tokens held of a 110-token normal pool, not 111). Shapes as the hypothesis test's:
+    its compiled code is reused."""
+    n = 17
+    wl = make_workload(np.zeros(n), [1] * n, [1] * n, np.ones(n), np.zeros(n), pad_to=48)
+    cfg = config(200, n_slots=16, admit_window=4, max_len=256, chunked=False,
+                 watermark=0.0, max_prefill=600.0)
+    m = _compare(wl, cfg, "odma", params_for("odma", 256, large_share=0.45, tau=1.0,
+                                             gamma=0.0), large_borrow=False)
+    assert m["max_pool_use"] == pytest.approx(8 / 110)
+
+
 @pytest.mark.needs_traces("azure-llm-2023-conv.csv")
 def test_odma_pb_with_equal_gammas_is_odma_with_its_levels():
     """(The shapes and settings of the odma-pb case above: its compiled code is reused.)"""
