@@ -283,8 +283,9 @@ def _ci(ci) -> str:
 
 def render(res: dict) -> str:
     L = ["# Tuning vLLM's engine arguments: defaults, auto_tune's grid, CMA-ES, TPE", "",
-         f"System `vllm-v1` (max_num_seqs, max_num_batched_tokens, gpu_memory_utilization "
-         f"as parameters, KV capacity from vLLM's memory profile), objective goodput_rps, "
+         "System `vllm-v1` (max_num_seqs, max_num_batched_tokens, gpu_memory_utilization "
+         "and long_prefill_token_threshold as parameters, KV capacity from vLLM's memory "
+         "profile), objective goodput_rps, "
          f"{res['evals']} exact evaluations per search, exact validation on held-out "
          "windows x seeds" + (" (quick run: small slices)" if res["quick"] else "") + ".",
          "", "| case | method | max_num_seqs / batched tokens / util / long-prefill "
