@@ -19,10 +19,15 @@ compiles the same simulators in many modules (compiled executables are dropped a
 each module, see below) and in both workers; with the cache a repeated compile is a
 read. ``KVTUNE_TEST_JAX_CACHE=0`` turns it off; a ``JAX_COMPILATION_CACHE_DIR`` already
 in the environment is used as it is (and kept).
+
+The suite also compiles with one XLA flag of its own (``SUITE_XLA_FLAGS`` below: quicker
+compiles, the same results to the last float32 unit); the header line says which.
 """
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -36,6 +41,40 @@ if (os.environ.get("KVTUNE_TEST_JAX_CACHE", "1") != "0"
     _CREATED_CACHE = tempfile.mkdtemp(prefix="kvtune-test-jax-cache-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _CREATED_CACHE
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+
+
+# XLA's CPU compiler without its fusion emitters: the suite is mostly compiles (about two
+# thirds of its worker time, measured per test file from JAX's compile events), and this
+# flag cut the compile-bound tests by about a third (tests/test_invariants.py on three
+# systems, 31 s -> 20 s; the whole suite 707 s -> 510 s, compile time summed over both
+# workers 934 s -> 560 s; 2 cores) with every test still passing. Only the suite sets it:
+# the command-line tools compile with XLA's defaults. A jaxlib that does not know the flag
+# (XLA aborts on an unknown one) is detected by a one-line probe, and then the suite runs
+# without it. ``KVTUNE_TEST_XLA_FLAGS=0`` turns it off. What it changes in results: on
+# tests/test_sweep.py's six sweep points, every metric equal to XLA's default compile
+# except a few latency percentiles in their last float32 unit (0.07079458 vs 0.070794605);
+# the tests that compare two runs bit for bit compile both with the same flags.
+SUITE_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false"
+
+
+def _suite_xla_flags() -> None:
+    if os.environ.get("KVTUNE_TEST_XLA_FLAGS", "1") == "0" or os.environ.get(
+            "PYTEST_XDIST_WORKER"):  # workers inherit the controller's environment
+        return
+    flags = (os.environ.get("XLA_FLAGS", "") + " " + SUITE_XLA_FLAGS).strip()
+    probe = subprocess.run(
+        [sys.executable, "-c", "import jax.numpy as j; j.zeros(1).block_until_ready()"],
+        env={**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"},
+        capture_output=True, timeout=120)
+    if probe.returncode == 0:
+        os.environ["XLA_FLAGS"] = flags
+
+
+_suite_xla_flags()
+
+
+def pytest_report_header(config):
+    return f"XLA_FLAGS: {os.environ.get('XLA_FLAGS') or '(none)'}"
 
 
 def pytest_unconfigure(config):
@@ -61,20 +100,21 @@ def pytest_configure(config):
         "shared traces directory ($KVTUNE_TRACES, else <repo>/../shared/traces)")
 
 
-# Test files in order of their wall time in one suite run (2 cores, 2026-11-26, each file
-# 25-170 s), longest first. The workers take whole files (``--dist loadfile``) in
-# collection order (``--no-loadscope-reorder``), so the longest start first and no worker
-# is left finishing a two-minute file alone at the end (longest-processing-time
-# scheduling). The order only moves time; a file missing here runs after these.
+# Test files in order of their wall time in one suite run (2 cores, 2026-11-27, with the
+# XLA flag above, each file 13-120 s), longest first. The workers take whole files
+# (``--dist loadfile``) in collection order (``--no-loadscope-reorder``), so the longest
+# start first and no worker is left finishing a long file alone at the end
+# (longest-processing-time scheduling). The order only moves time; a file missing here
+# runs after these.
 LONGEST_FIRST = (
-    "test_invariants.py", "test_readme.py", "test_experiments_odma.py",
-    "test_dropping.py", "test_fit.py", "test_bucketed_relaxed.py",
-    "test_bucketed_reference.py", "test_tokenpd_reference.py", "test_sweep.py",
-    "test_experiments_ellm.py", "test_family_plugin.py", "test_calibration.py",
-    "test_bench_tuners.py", "test_search.py", "test_bad_input.py", "test_highdim.py",
-    "test_experiments_stakes.py", "test_experiments_tokenpd.py",
-    "test_experiments_kunserve.py", "test_batched_eval.py", "test_elastic.py",
-    "test_kunserve_reference.py", "test_tokenpd_tiers.py",
+    "test_invariants.py", "test_readme.py", "test_fit.py", "test_experiments_odma.py",
+    "test_dropping.py", "test_tokenpd_reference.py", "test_bucketed_reference.py",
+    "test_experiments_ellm.py", "test_bucketed_relaxed.py", "test_sweep.py",
+    "test_experiments_stakes.py", "test_calibration.py", "test_family_plugin.py",
+    "test_experiments_kunserve.py", "test_bench_tuners.py", "test_batched_eval.py",
+    "test_highdim.py", "test_experiments_tokenpd.py", "test_kunserve_reference.py",
+    "test_elastic.py", "test_bad_input.py", "test_tokenpd_tiers.py", "test_predictor.py",
+    "test_eviction.py", "test_capacity.py", "test_elastic_reference.py",
 )
 
 

@@ -68,8 +68,11 @@ def test_sweep_matches_individual_runs(sweep_dir):
 
 
 def test_sharded_over_four_host_devices_matches_one_device(sweep_dir, tmp_path):
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-           "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    # the suite's own XLA flags kept (tests/conftest.py): the same compiler on both sides,
+    # so that only the sharding differs between the two sweeps
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    env = {**os.environ, "XLA_FLAGS": flags.strip(), "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": str(ROOT)}
     out = tmp_path / "four"
     # 6 points in chunks of 4 on 4 devices: the last chunk is padded
     proc = subprocess.run([sys.executable, "-m", "tuner.sweep", *ARGS, "--batch", "4",
