@@ -80,12 +80,12 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _setting(seqs, tokens, util, block) -> dict:
-    """One grid setting; no long-prefill cap (a threshold at the budget never binds:
-    vLLM's default, 0, for this budget)."""
-    return {"max_num_seqs": float(seqs), "max_num_batched_tokens": float(tokens),
-            "gpu_memory_utilization": float(util), "block_size": float(block),
-            "long_prefill_token_threshold": float(tokens)}
+def _setting(seqs, tokens, util, default: dict) -> dict:
+    """One grid setting: the grid's three arguments, every other one (block size, the
+    long-prefill threshold: off, vLLM's 0) at the system's default."""
+    return {**{k: float(v) for k, v in default.items()},
+            "max_num_seqs": float(seqs), "max_num_batched_tokens": float(tokens),
+            "gpu_memory_utilization": float(util)}
 
 
 def run_case(name: str, fields: dict, grid: list, realisations: int, slots: int,
@@ -107,13 +107,12 @@ def run_case(name: str, fields: dict, grid: list, realisations: int, slots: int,
     sc = scs[0]
     system = get_system(SYSTEM)
     d = system.default_params(sc.cfg.max_len, sc.hw, sc.deployment)
-    block = float(d["block_size"])
     default = (int(d["max_num_seqs"]), int(d["max_num_batched_tokens"]),
                round(float(d["gpu_memory_utilization"]), 6))
     settings = [default] + [s for s in grid if s != default]
     jobs, rows, refused = [], [], []
     for seqs, tokens, util in settings:
-        p = _setting(seqs, tokens, util, block)
+        p = _setting(seqs, tokens, util, d)
         row = {"max_num_seqs": seqs, "max_num_batched_tokens": tokens,
                "gpu_memory_utilization": util}
         why = system.refusal(sc.deployment, p)

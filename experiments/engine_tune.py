@@ -149,11 +149,10 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
     for s in AUTO_TUNE_SEQS:
         for k in AUTO_TUNE_TOKENS:
             u, met = auto_tune_util(system, whole.deployment, s, k)
-            # auto_tune leaves --long-prefill-token-threshold at vLLM's 0 (off): a
-            # threshold at the budget never binds
-            grid.append({"max_num_seqs": float(s), "max_num_batched_tokens": float(k),
-                         "gpu_memory_utilization": u, "block_size": default["block_size"],
-                         "long_prefill_token_threshold": float(k)})
+            # auto_tune sets these three; every other argument (block size, the
+            # long-prefill threshold: vLLM's 0, off) stays at the system's default
+            grid.append({**default, "max_num_seqs": float(s),
+                         "max_num_batched_tokens": float(k), "gpu_memory_utilization": u})
             if met:
                 stepped[f"{s}/{k}"] = {"util": u, "steps": len(met), "first": met[0]}
     train = [build_scenario(w) for w in win.train]
