@@ -351,6 +351,11 @@ def render_plot(doc: dict) -> bytes:
     fig.suptitle("Best exact objective vs budget: median over seeds, band = min-max")
     fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
+    meta = None
+    if doc.get("provenance"):  # the run's provenance line in the PNG, as in the markdown
+        from experiments.results_io import png_metadata
+
+        meta = png_metadata(doc["provenance"])
+    fig.savefig(buf, format="png", dpi=120, metadata=meta)
     plt.close(fig)
     return buf.getvalue()
