@@ -180,6 +180,11 @@ def test_tiny_run_accounts_every_methods_budget(tiny_run):
     for ext in ("json", "md", "png"):
         assert (tiny_run / f"bench_tuners.{ext}").stat().st_size > 0
     doc = json.loads((tiny_run / "bench_tuners.json").read_text())
+    # the PNG carries the run's fingerprint (experiments.stale reads it back)
+    from PIL import Image
+
+    assert Image.open(tiny_run / "bench_tuners.png").text.get("Source") == \
+        doc["provenance"]["sources"]["sha256"]
     cfg = doc["settings"]
     assert doc["schema_version"] == bt.SCHEMA_VERSION == 3
     assert doc["methods"] == ["gradient", "random"] == list(cfg["methods"])
