@@ -42,6 +42,7 @@ from pathlib import Path  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from tuner.cli import add_scenario_args, check_file, check_out, spec_from_args  # noqa: E402
+from tuner.deployments import DEFAULT, DEPLOYMENTS, get_deployment  # noqa: E402
 from tuner.common import compile_cache  # noqa: E402
 from tuner.common.atomic import write_json_atomic, write_text_atomic  # noqa: E402
 from tuner.search.fitting import AUTO_COORDS, CHECKS, FitSettings, fit  # noqa: E402
@@ -60,7 +61,13 @@ def _args(argv):
     d = FitSettings()
     ap = argparse.ArgumentParser(prog="python -m tuner.fit", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--system", default=d.system)
+    ap.add_argument("--deployment", default=DEFAULT,
+                    metavar="{" + ",".join(DEPLOYMENTS) + "}",
+                    help=f"the system and scenario the fit starts from (default {DEFAULT}: "
+                    f"{DEPLOYMENTS[DEFAULT].description}); --system and every scenario "
+                    "flag given replace its fields one by one")
+    ap.add_argument("--system", default=None,
+                    help="the system to tune (default: the deployment's)")
     # checked in main (one "error:" line, exit 2), not by argparse's choices
     ap.add_argument("--method", default="gradient",
                     metavar="{" + ",".join(METHODS) + "}",
@@ -259,7 +266,12 @@ def _main(args, t0: float, provenance_out: dict | None = None,
         from tuner.scenario import ScenarioSpec, build_scenario
         from tuner.objective.validation import plan_windows
 
-        base = spec_from_args(args, ScenarioSpec())
+        dep = get_deployment(args.deployment)
+        if args.system is None:
+            args.system = dep.system
+        base = spec_from_args(args, ScenarioSpec(**dep.spec_fields()))
+        kept = [k for k, v in dep.fields  # the deployment's fields no flag replaced
+                if getattr(args, k, None) is None and getattr(base, k) == v]
         if args.objective in (None, "default"):  # the family's own default, if any
             from models import family_of
             args.objective = getattr(family_of(args.system), "default_objective", "default")
@@ -286,6 +298,8 @@ def _main(args, t0: float, provenance_out: dict | None = None,
         st.check()
         if state is not None:
             state["started"] = True  # every input and output path checked
+        log(f"deployment {args.deployment}" + (f" (its {', '.join(kept)})" if kept else "")
+            + ("" if args.system == dep.system else f", system {args.system} given"))
         log(f"fit {args.system} on {base.trace} ({args.method}): {win.note}; SLOs TTFT "
             f"{slo['ttft_s']:.3g} s, TPOT {slo['tpot_s']:.3g} s ({slo['ttft_source']})")
         bar = tqdm(total=args.evals if search else args.budget,

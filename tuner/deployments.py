@@ -1,0 +1,60 @@
+"""Named deployments: a system and the scenario it serves, as ``tuner.fit --deployment``
+takes them. Flags given beside ``--deployment`` replace the named fields one by one.
+
+:data:`DEFAULT` is the fit's built-in deployment (the README's main job). It was chosen
+by issue 31's stakes criterion, measured before any tuning: over 64 random policies of
+the system, best / worst goodput >= 1.5 and best / default >= 1.1
+(``python3 -m experiments.deployment_stakes``, which reads this table, so that the case
+measured is the deployment the fit runs; ``experiments/results/deployment_stakes/``),
+never by a tuner's result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["Deployment", "DEPLOYMENTS", "DEFAULT", "get_deployment"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Deployment:
+    system: str
+    fields: tuple      # (ScenarioSpec field, value) pairs; the rest are ScenarioSpec's
+    description: str
+
+    def spec_fields(self) -> dict:
+        return dict(self.fields)
+
+
+DEPLOYMENTS = {
+    # vLLM V1 as operators run it (chunked prefill, paged KV), its engine arguments the
+    # policy. Qwen3-8B on one H100 80GB (device preset, uncalibrated), ShareGPT lengths
+    # with Poisson arrivals, 1,000 requests; an interactive SLO: TTFT 1 s, TPOT 20 ms
+    # (50 tokens/s per user). 512 slots bound the simulated batch; the paged baseline
+    # runs vLLM's V1 scheduler at 512 sequences and 8,192 tokens.
+    "h100-interactive": Deployment(
+        system="vllm-v1",
+        fields=(("trace", "sharegpt"), ("hardware", "h100-80gb"), ("model", "qwen3-8b"),
+                ("tp", 1), ("n_requests", 1000), ("scheduler", "chunked"),
+                ("n_slots", 512), ("max_batch", 512), ("ttft_slo_s", 1.0),
+                ("tpot_slo_s", 0.02)),
+        description="vLLM V1's engine arguments for Qwen3-8B on one H100 80GB, ShareGPT "
+                    "lengths (Poisson arrivals, 1,000 requests), SLOs TTFT 1 s and TPOT "
+                    "20 ms"),
+    # the built-in deployment before issue 31: ODMA on the built-in Azure conversation
+    # table, DeepSeek-R1-Distill-Qwen-7B on a Cambricon MLU370-X4 (ScenarioSpec's
+    # defaults); memory did not decide goodput there (experiments/results/stakes/)
+    "mlu370-azure": Deployment(
+        system="odma", fields=(),
+        description="ODMA on the built-in workload (Azure conversation lengths and "
+                    "times), DeepSeek-R1-Distill-Qwen-7B on a Cambricon MLU370-X4"),
+}
+DEFAULT = "h100-interactive"
+
+
+def get_deployment(name: str) -> Deployment:
+    """The named deployment; one ``ValueError`` naming the known ones otherwise."""
+    if name not in DEPLOYMENTS:
+        raise ValueError(f"--deployment {name!r}: unknown; choose one of "
+                         f"{', '.join(DEPLOYMENTS)}")
+    return DEPLOYMENTS[name]
