@@ -48,7 +48,8 @@ def test_fixture_runs_through_evaluate(sc):
 
 def test_fixture_fits_exports_and_reevaluates(tmp_path, capsys):
     out = tmp_path / "toy.json"
-    rc = fit_cli.main(["--system", "toy", "--objective", "tps", "--budget", "3",
+    rc = fit_cli.main(["--deployment", "mlu370-azure", "--system", "toy", "--objective",
+                       "tps", "--budget", "3",
                        "--explore", "2", "--n-requests", "240", "--windows", "1",
                        "--slots", "16", "--crn", "1", "--holdout-seeds", "1", "--quiet",
                        "--export-anyway", "--out", str(out)])

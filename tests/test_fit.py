@@ -82,7 +82,8 @@ def test_fit_cli_says_when_a_baseline_wins_and_exports_nothing(tmp_path, capsys,
     monkeypatch.setattr(fit_cli, "fit", _fake_fit({"gamma": 1.0}))
     monkeypatch.setattr(val, "validate", _fake_validate(
         {"tuned": 90.0, "default": 85.0, "static": 100.0}))
-    argv = ["--n-requests", "256", "--windows", "1", "--quiet", "--out", str(out)]
+    argv = ["--deployment", "mlu370-azure", "--n-requests", "256", "--windows", "1",
+            "--quiet", "--out", str(out)]
     rc = fit_cli.main(argv)
     text = capsys.readouterr()
     assert rc == 3, text.err
@@ -101,10 +102,60 @@ def test_fit_cli_says_when_a_baseline_wins_and_exports_nothing(tmp_path, capsys,
     assert "verdict (tie)" in capsys.readouterr().out and out.exists()
 
 
+class _Stop(Exception):
+    pass
+
+
+def test_fit_runs_the_named_deployment_and_flags_replace_its_fields(tmp_path, capsys,
+                                                                    monkeypatch):
+    """The fit's built-in deployment is the one tuner.deployments names (and
+    experiments/deployment_stakes measured); --system and scenario flags replace its
+    fields one by one; an unknown name is one error line."""
+    from tuner.deployments import DEFAULT, DEPLOYMENTS
+    from tuner.objective.validation import trace_length
+
+    seen = {}
+
+    def fake(specs, st, **kw):
+        seen.update(system=st.system, spec=specs[0])
+        raise _Stop
+
+    monkeypatch.setattr(fit_cli, "fit", fake)
+    out = tmp_path / "policy.json"
+    with pytest.raises(_Stop):
+        fit_cli.main(["--quiet", "--out", str(out)])
+    dep = DEPLOYMENTS[DEFAULT]
+    assert DEFAULT == "h100-interactive" and seen["system"] == dep.system == "vllm-v1"
+    for k, v in dep.fields:
+        assert getattr(seen["spec"], k) == v or k == "n_requests", k  # a window of it
+    assert (seen["spec"].hardware, seen["spec"].ttft_slo_s, seen["spec"].n_slots) == (
+        "h100-80gb", 1.0, 512)
+    with pytest.raises(_Stop):
+        fit_cli.main(["--quiet", "--system", "odma", "--hardware", "a100-80gb",
+                      "--out", str(out)])
+    assert seen["system"] == "odma" and seen["spec"].hardware == "a100-80gb"
+    assert seen["spec"].model == "qwen3-8b" and seen["spec"].tpot_slo_s == 0.02
+    with pytest.raises(_Stop):  # another trace: all of it, not the deployment's slice
+        fit_cli.main(["--quiet", "--trace", "azure-conv", "--windows", "1",
+                      "--out", str(out)])
+    n = trace_length(ScenarioSpec(trace="azure-conv"))
+    assert seen["spec"].trace == "azure-conv" and seen["spec"].n_requests == n // 2 > 1000
+    assert seen["spec"].offset == 0 and seen["spec"].ttft_slo_s == 1.0
+    with pytest.raises(_Stop):
+        fit_cli.main(["--quiet", "--deployment", "mlu370-azure", "--out", str(out)])
+    assert seen["system"] == "odma" and seen["spec"].hardware == ScenarioSpec().hardware
+    capsys.readouterr()
+    assert fit_cli.main(["--deployment", "nope", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--deployment 'nope': unknown" in err and err.count("\n") == 1
+    assert not out.exists()
+
+
 def test_fit_cli_bad_input_leaves_no_file(tmp_path, capsys):
     out = tmp_path / "policy.json"
-    assert fit_cli.main(["--system", "static", "--n-requests", "200", "--windows", "1",
-                         "--slots", "32", "--quiet", "--out", str(out)]) == 2
+    assert fit_cli.main(["--deployment", "mlu370-azure", "--system", "static",
+                         "--n-requests", "200", "--windows", "1", "--slots", "32",
+                         "--quiet", "--out", str(out)]) == 2
     assert "no gradient-tunable" in capsys.readouterr().err
     assert fit_cli.main(["--budget", "0", "--out", str(out)]) == 2
     for flag, bad, field in (("--lr", "-1", "lr"), ("--explore", "-2", "explore"),
@@ -120,7 +171,8 @@ def test_fit_cli_bad_input_leaves_no_file(tmp_path, capsys):
                       (["--n-requests", "100", "--windows", "2", "--out", str(out)],
                        "too few"),
                       (["--resume", "--out", str(out)], "no checkpoint")):
-        assert fit_cli.main(argv + ["--quiet"]) == 2
+        # the built-in ODMA deployment: its trace has arrival times (no warning line)
+        assert fit_cli.main(argv + ["--quiet", "--deployment", "mlu370-azure"]) == 2
         err = capsys.readouterr().err
         assert msg in err and err.count("\n") == 1 and err.startswith("error: "), err
     assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]

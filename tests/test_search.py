@@ -185,8 +185,9 @@ def test_search_fit_returns_a_fit_result_as_fit_does(prob):
 
 
 # its training window is SPEC's (the first 100 of 200 requests): the compiles are shared
-CLI = ["--objective", "tps_mig", "--n-requests", "200", "--windows", "1",
-       "--slots", "32", "--max-batch", "32", "--holdout-seeds", "1", "--quiet"]
+CLI = ["--deployment", "mlu370-azure", "--objective", "tps_mig", "--n-requests", "200",
+       "--windows", "1", "--slots", "32", "--max-batch", "32", "--holdout-seeds", "1",
+       "--quiet"]
 
 
 def _fake_validate(tuned_wins: bool, seen: list):

@@ -179,7 +179,8 @@ def test_fit_cli_exits_4_and_writes_nothing_when_undetermined(tmp_path, capsys,
     out = tmp_path / "policy.json"
     monkeypatch.setattr(fit_cli, "fit", _fake_fit({"gamma": 1.0}))
     monkeypatch.setattr(val, "validate", _one_sample_validate)
-    argv = ["--n-requests", "256", "--windows", "1", "--quiet", "--out", str(out)]
+    argv = ["--deployment", "mlu370-azure", "--n-requests", "256", "--windows", "1",
+            "--quiet", "--out", str(out)]
     assert fit_cli.EXIT_CODES == {"loss": 3, "undetermined": 4}
     rc = fit_cli.main(argv)
     text = capsys.readouterr().out

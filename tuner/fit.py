@@ -55,6 +55,8 @@ METHODS = ("gradient", "hybrid", *SEARCH_METHODS)
 HYBRID_EXPLORE = 8  # --explore of --method hybrid unless given
 # verdicts that export nothing without --export-anyway, and the fit's exit code for each
 EXIT_CODES = {"loss": 3, "undetermined": 4}
+# a deployment's fields that describe its own trace: dropped when --trace names another
+_OF_THE_TRACE = ("n_requests", "offset", "rate")
 
 
 def _args(argv):
@@ -65,7 +67,8 @@ def _args(argv):
                     metavar="{" + ",".join(DEPLOYMENTS) + "}",
                     help=f"the system and scenario the fit starts from (default {DEFAULT}: "
                     f"{DEPLOYMENTS[DEFAULT].description}); --system and every scenario "
-                    "flag given replace its fields one by one")
+                    "flag given replace its fields one by one (--trace also its slice: "
+                    "the whole of the trace given, unless --n-requests)")
     ap.add_argument("--system", default=None,
                     help="the system to tune (default: the deployment's)")
     # checked in main (one "error:" line, exit 2), not by argparse's choices
@@ -269,8 +272,12 @@ def _main(args, t0: float, provenance_out: dict | None = None,
         dep = get_deployment(args.deployment)
         if args.system is None:
             args.system = dep.system
-        base = spec_from_args(args, ScenarioSpec(**dep.spec_fields()))
-        kept = [k for k, v in dep.fields  # the deployment's fields no flag replaced
+        fields = dep.spec_fields()
+        if args.trace is not None:  # the deployment's slice and rate are of its trace
+            for k in _OF_THE_TRACE:
+                fields.pop(k, None)
+        base = spec_from_args(args, ScenarioSpec(**fields))
+        kept = [k for k, v in fields.items()  # the deployment's fields no flag replaced
                 if getattr(args, k, None) is None and getattr(base, k) == v]
         if args.objective in (None, "default"):  # the family's own default, if any
             from models import family_of
