@@ -32,18 +32,25 @@ def parse_param(text: str, flag: str = "--param") -> tuple[str, list[float] | fl
     return key.strip(), vals if len(vals) > 1 else vals[0]
 
 
-def add_scenario_args(ap: argparse.ArgumentParser) -> None:
-    d = ScenarioSpec()
-    g = ap.add_argument_group("scenario")
-    g.add_argument("--trace", default=None, help="trace file or preset (default: built-in)")
+def add_scenario_args(ap: argparse.ArgumentParser, d: ScenarioSpec | None = None,
+                      title: str = "scenario") -> None:
+    """The scenario flags; ``d`` (default ``ScenarioSpec()``) gives the defaults their
+    help texts name."""
+    d = ScenarioSpec() if d is None else d
+    g = ap.add_argument_group(title)
+    g.add_argument("--trace", default=None, help="trace file or preset (default: "
+                   + ("built-in" if d.trace == "default" else d.trace) + ")")
     g.add_argument("--hardware", default=None, help="device preset or a tuner.calibrate "
                    f"profile file (default {d.hardware})")
     g.add_argument("--model", default=None, help="model preset (default: the model a "
                    f"profile was calibrated on, else {d.model})")
-    g.add_argument("--tp", type=int, default=None, help="tensor-parallel degree")
+    g.add_argument("--tp", type=int, default=None, help="tensor-parallel degree"
+                   + (f" (default {d.tp})" if d.tp else ""))
     g.add_argument("--capacity-tokens", type=int, default=None)
     g.add_argument("--rate", type=float, default=None, help="offered load, requests/s")
-    g.add_argument("--n-requests", type=int, default=None)
+    g.add_argument("--n-requests", type=int, default=None,
+                   help="requests of the slice (default: "
+                   + ("all" if d.n_requests is None else f"{d.n_requests}") + ")")
     g.add_argument("--offset", type=int, default=None)
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--max-len", type=int, default=None,
@@ -100,9 +107,13 @@ def add_scenario_args(ap: argparse.ArgumentParser) -> None:
                    f"history's predictions (the slice's if fewer than 200), so that "
                    f"u > tau routes a share 1 - tau (default {d.u_calibration})")
     g.add_argument("--ttft-slo", type=float, default=None, dest="ttft_slo_s",
-                   help="TTFT SLO in s (default: --slo-scale x the uncontended TTFT)")
+                   help="TTFT SLO in s (default: " + (
+                       "--slo-scale x the uncontended TTFT" if d.ttft_slo_s is None
+                       else f"{d.ttft_slo_s:g}") + ")")
     g.add_argument("--tpot-slo", type=float, default=None, dest="tpot_slo_s",
-                   help="TPOT SLO in s (default: --slo-scale x the uncontended TPOT)")
+                   help="TPOT SLO in s (default: " + (
+                       "--slo-scale x the uncontended TPOT" if d.tpot_slo_s is None
+                       else f"{d.tpot_slo_s:g}") + ")")
     g.add_argument("--slo-scale", type=float, default=None,
                    help=f"SLOs as a multiple of the uncontended latency (default "
                    f"{d.slo_scale:g}, eLLM section 5)")

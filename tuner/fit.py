@@ -1,5 +1,11 @@
 """Tune a memory policy and export it: ``python -m tuner.fit``.
 
+``--deployment`` names the system and scenario to start from (``tuner.deployments``;
+default ``h100-interactive``: vLLM V1's engine arguments for Qwen3-8B on one H100,
+ShareGPT lengths, TTFT 1 s / TPOT 20 ms, a deployment where the policy decides goodput
+by issue 31's stakes criterion); ``--system`` and every scenario flag replace its
+fields one by one, and ``--trace`` also its slice.
+
 ``--method`` picks the tuner: ``gradient`` (default) for many interacting parameters;
 ``hybrid`` (the gradient tuner started from the best of ``--explore`` 8 random exact
 samples) when the start point may sit on a plateau; ``tpe``, ``cmaes`` or ``random``
@@ -123,7 +129,10 @@ def _args(argv):
                     help="also write everything the fit prints to FILE (first line: the "
                     "command, commit and source fingerprint), at the end of the run")
     ap.add_argument("--quiet", action="store_true")
-    add_scenario_args(ap)
+    from tuner.scenario import ScenarioSpec
+
+    add_scenario_args(ap, ScenarioSpec(**DEPLOYMENTS[DEFAULT].spec_fields()),
+                      title=f"scenario (defaults: the deployment {DEFAULT})")
     return ap.parse_args(argv)
 
 
