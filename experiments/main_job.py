@@ -53,8 +53,11 @@ def summarise(policy: dict) -> dict:
         out[name] = {"held_out": m.get(METRIC), "ci": ci, "whole_slice": whole,
                      "samples": m.get("samples")}
     v = policy.get("verdict") or {}
+    paired = {name: {k: c.get(k) for k in ("diff", "ci", "relative", "n", "status")}
+              for name, c in (v.get("comparisons") or {}).items()}
     return {"verdict": v.get("outcome"), "reason": v.get("reason") or v.get("sentence"),
             "best_baseline": v.get("best_baseline"), "goodput_rps": out,
+            "paired": paired, "system": policy.get("system"),
             "params": policy.get("params")}
 
 
@@ -170,6 +173,22 @@ def render(res: dict) -> str:
         ho = f"{r['held_out']:.3f}" if r.get("held_out") is not None else "—"
         wh = f"{r['whole_slice']:.3f}" if r.get("whole_slice") is not None else "—"
         L.append(f"| {name} | {ho} | {ci_s} | {wh} |")
+    if s.get("paired"):
+        L += ["", "Paired held-out differences (tuned minus each, same window and seed):",
+              "", "| against | tuned - it (req/s) | 95% interval | relative | samples | "
+              "status |", "|---|---:|---|---:|---:|---|"]
+        for name, c in s["paired"].items():
+            ci = c.get("ci")
+            ci_s = (f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci and None not in ci
+                    and ci[0] == ci[0] else "—")
+            rel = f"{c['relative']:+.1%}" if c.get("relative") is not None else "—"
+            diff = f"{c['diff']:+.3f}" if c.get("diff") is not None else "—"
+            L.append(f"| {name} | {diff} | {ci_s} | {rel} | {c.get('n')} | "
+                     f"{c.get('status')} |")
+    if s.get("params"):
+        L += ["", f"Tuned {s.get('system')} parameters: " + ", ".join(
+            f"{k} {v:g}" if isinstance(v, (int, float)) else f"{k} {v}"
+            for k, v in s["params"].items())]
     return "\n".join(L) + "\n"
 
 
