@@ -163,7 +163,8 @@ class _Tee(io.TextIOBase):
 
 
 def _fit_argv(case_argv: list[str], quick: bool, budget: int | None, out: Path) -> list:
-    argv = ["--system", SYSTEM, *case_argv]
+    # the cases vary the built-in ODMA deployment (the fit's default is another one)
+    argv = ["--deployment", "mlu370-azure", "--system", SYSTEM, *case_argv]
     if quick:
         argv += QUICK_ARGS
     if budget is not None:  # after QUICK_ARGS: the last --budget wins
