@@ -22,8 +22,12 @@ as ``tuner.fit`` splits a slice):
   system's ``refusal`` predicts no start-up failure), each setting scored by the exact
   goodput on the training windows, the best kept (auto_tune keeps the best throughput
   within a latency bound; the same objective for every method here);
-- ``cmaes`` and ``tpe``: ``tuner.search.blackbox.search_fit`` (what ``tuner.fit --method``
-  runs) with ``--evals`` exact evaluations each, started from vLLM's defaults.
+- ``gradient``: ``tuner.search.fitting.fit``, tuner.fit's default tuner (its own budget
+  of relaxed gradient steps, exact checks and exact finite differences where the
+  relaxed gradient is flat), started from vLLM's defaults;
+- ``guided``, ``cmaes`` and ``tpe``: ``tuner.search.blackbox.search_fit`` (what
+  ``tuner.fit --method`` runs) with ``--evals`` exact evaluations each, started from
+  vLLM's defaults.
 
 Each method's policy is then validated in exact mode on the held-out windows x held-out
 seeds (:func:`tuner.objective.validation.validate`): the mean goodput with its 95%
@@ -93,7 +97,8 @@ CASES = (
      "Qwen3-8B on the calibrated A100 80GB, Mooncake conversation; SLOs 5x the "
      "uncontended TTFT / TPOT"),
 )
-METHODS = ("default", "auto_tune", "cmaes", "tpe")
+METHODS = ("default", "auto_tune", "gradient", "guided", "cmaes", "tpe")
+SEARCHES = ("gradient", "guided", "cmaes", "tpe")  # started from vLLM's defaults
 QUICK = dict(n_requests=300)
 
 
@@ -126,6 +131,7 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
     from tuner.scenario import ScenarioSpec, build_scenario
     from tuner.search.blackbox import search_fit
     from tuner.search.fitting import FitSettings
+    from tuner.search.fitting import fit as gradient_fit
 
     fields = {**fields, "hardware": str(PROFILES / fields["hardware"])}
     base = ScenarioSpec(**{"n_requests": N, "scheduler": "chunked", "n_slots": SLOTS,
@@ -171,19 +177,30 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
 
     st = FitSettings(system=SYSTEM, objective=OBJECTIVE, seed=base.seed,
                      holdout_seeds=seeds)
-    for method in ("cmaes", "tpe"):
+    for method in SEARCHES:
         t0 = time.perf_counter()
-        fit = search_fit(list(win.train), st, method, evals, log=_log)
+        exact = []  # every exact evaluation of the training problem
+        if method == "gradient":  # tuner.fit's default: FitSettings' budget of steps
+            fit = gradient_fit(list(win.train), st, log=_log,
+                               listeners=[lambda c, th, v: exact.append(v)])
+            n_exact = len(exact)
+        else:  # guided: its gradients charged to fit.steps at their measured cost
+            fit = search_fit(list(win.train), st, method, evals, log=_log)
+            n_exact = fit.steps
         # cost: exact evaluations of the training problem (each a fixed-horizon rate
         # ladder on every training window) and the slot-iterations they simulated
         rungs = 1 if fit.rates is None else int(np.shape(fit.rates)[-1]) + 1
         methods[method] = {"params": {k: float(v) for k, v in fit.params.items()},
-                           "exact_evaluations": fit.steps,
+                           "exact_evaluations": n_exact,
                            # fixed-horizon runs: a rate ladder per window per evaluation
-                           "runs": fit.steps * len(win.train) * rungs,
+                           "runs": n_exact * len(win.train) * rungs,
                            "simulated_request_iterations": float(fit.cost),
                            "search_wall_s": time.perf_counter() - t0,
                            "train_best": fit.best_exact}
+        if method == "gradient":
+            methods[method].update(gradient_steps=fit.steps,
+                                   eval_equivalents=float(fit.cost) / max(fit.unit, 1),
+                                   estimators=fit.estimators)
         _log(f"{name}: {method} {methods[method]['params']} "
              f"({fit.best_exact:.4g} on training), "
              f"{methods[method]['search_wall_s']:.0f} s")
@@ -228,7 +245,7 @@ def _map(name: str, win, train: list, st, methods: dict, default: dict) -> dict:
     from tuner.search.fitting import build_problem
 
     t0 = time.perf_counter()
-    by = max(("cmaes", "tpe"), key=lambda m: methods[m]["held_out"]["mean"])
+    by = max(SEARCHES, key=lambda m: methods[m]["held_out"]["mean"])
     tuned = methods[by]["params"]
     prob, _ = build_problem(list(win.train), st)
     width = 2 * len(prob.space.coords())  # the CMA-ES population: its compiled batch
@@ -281,7 +298,8 @@ def _ci(ci) -> str:
 
 
 def render(res: dict) -> str:
-    L = ["# Tuning vLLM's engine arguments: defaults, auto_tune's grid, CMA-ES, TPE", "",
+    L = ["# Tuning vLLM's engine arguments: defaults, auto_tune's grid, gradient, guided, "
+         "CMA-ES, TPE", "",
          "System `vllm-v1` (max_num_seqs, max_num_batched_tokens, gpu_memory_utilization "
          "and long_prefill_token_threshold as parameters, KV capacity from vLLM's memory "
          "profile), objective goodput_rps, "
@@ -305,9 +323,13 @@ def render(res: dict) -> str:
     L += ["", "Goodput in req/s. Paired differences: the method minus the reference on "
           "the same held-out (window, seed) samples; `better` / `worse` where the 95% "
           "interval excludes 0. Runs: simulator runs the search spent (auto_tune: runs "
-          "to completion of its goodput searches; CMA-ES / TPE: fixed-horizon runs of "
-          "the rate ladder, per training window and evaluation). Threshold `off`: at or "
-          "above the token budget, vLLM's default.", ""]
+          "to completion of its goodput searches; the searches: fixed-horizon runs of "
+          "the rate ladder, per training window and exact evaluation). `gradient` is "
+          "tuner.fit's default tuner (relaxed gradient steps besides its exact "
+          "evaluations: its search seconds count them); `guided` is CMA-ES steered by "
+          "the relaxed gradient, each gradient charged as exact evaluations at its "
+          "measured cost. Threshold `off`: at or above the token budget, vLLM's "
+          "default.", ""]
     for name, c in res["cases"].items():
         L += [f"## {name}", "", f"{c['description']}; {c['windows']}; SLOs TTFT "
               f"{c['slo_s'][0]:.3g} s, TPOT {c['slo_s'][1] * 1e3:.3g} ms; validation "
@@ -371,7 +393,7 @@ def main(argv=None) -> int:
     from tuner.search.blackbox import check_method
 
     try:
-        for m in ("cmaes", "tpe"):
+        for m in SEARCHES[1:]:
             check_method(m, args.evals)
     except (ValueError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)
