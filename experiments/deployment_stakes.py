@@ -4,9 +4,9 @@ actually runs.
 ``python -m experiments.deployment_stakes --out DIR [--deployments a,b] [--policies 64]
 [--realisations 2] [--quick]``
 
-For each deployment of ``tuner.deployments`` (default: the fit's built-in one, the
-README's main job) this runs :func:`experiments.stakes.run_case` on the deployment's own
-system and scenario: the system's default, ``--policies`` random policies (uniform in
+For each deployment of ``tuner.scenario.deployments`` (default: the fit's built-in one,
+the README's main job) this runs :func:`experiments.stakes.run_case` on the deployment's
+own system and scenario: the system's default, ``--policies`` random policies (uniform in
 the random search's box) and the bucketed baselines, each on ``--realisations``
 workload realisations, exact, both goodputs; then the relaxed-vs-exact rank agreement.
 Criterion: best / worst >= 1.5 and best / default >= 1.1. A random setting that vLLM
@@ -34,9 +34,9 @@ from experiments import stakes  # noqa: E402
 from experiments.results_io import pick_cases, write_result  # noqa: E402
 from tuner.common import compile_cache  # noqa: E402
 from tuner.common.atomic import unwritable_reason  # noqa: E402
-from tuner.deployments import DEFAULT, DEPLOYMENTS  # noqa: E402
+from tuner.scenario.deployments import DEFAULT, DEPLOYMENTS  # noqa: E402
 
-__all__ = ["main", "render", "started"]
+__all__ = ["main", "refused", "render", "started"]
 
 
 def refused(name: str, n: int, quick: bool) -> list[str | None]:
@@ -115,7 +115,8 @@ def main(argv=None) -> int:
                                  description=__doc__.split("\n\n")[1])
     ap.add_argument("--out", type=Path, required=True, help="result folder")
     ap.add_argument("--deployments", default=DEFAULT,
-                    help=f"comma-separated names of tuner.deployments (default {DEFAULT})")
+                    help="comma-separated names of tuner.scenario.deployments "
+                    f"(default {DEFAULT})")
     ap.add_argument("--policies", type=int, default=64)
     ap.add_argument("--realisations", type=int, default=2)
     ap.add_argument("--no-agreement", dest="agreement", action="store_false")

@@ -108,10 +108,10 @@ class _Stop(Exception):
 
 def test_fit_runs_the_named_deployment_and_flags_replace_its_fields(tmp_path, capsys,
                                                                     monkeypatch):
-    """The fit's built-in deployment is the one tuner.deployments names (and
+    """The fit's built-in deployment is the one tuner.scenario.deployments names (and
     experiments/deployment_stakes measured); --system and scenario flags replace its
     fields one by one; an unknown name is one error line."""
-    from tuner.deployments import DEFAULT, DEPLOYMENTS
+    from tuner.scenario.deployments import DEFAULT, DEPLOYMENTS
     from tuner.objective.validation import trace_length
 
     seen = {}

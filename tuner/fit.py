@@ -1,10 +1,10 @@
 """Tune a memory policy and export it: ``python -m tuner.fit``.
 
-``--deployment`` names the system and scenario to start from (``tuner.deployments``;
-default ``h100-interactive``: vLLM V1's engine arguments for Qwen3-8B on one H100,
-ShareGPT lengths, TTFT 1 s / TPOT 20 ms, a deployment where the policy decides goodput
-by issue 31's stakes criterion); ``--system`` and every scenario flag replace its
-fields one by one, and ``--trace`` also its slice.
+``--deployment`` names the system and scenario to start from
+(``tuner.scenario.deployments``; default ``h100-interactive``: vLLM V1's engine
+arguments for Qwen3-8B on one H100, ShareGPT lengths, TTFT 1 s / TPOT 20 ms, a
+deployment where the policy decides goodput by issue 31's stakes criterion); ``--system``
+and every scenario flag replace its fields one by one, and ``--trace`` also its slice.
 
 ``--method`` picks the tuner: ``gradient`` (default) for many interacting parameters;
 ``hybrid`` (the gradient tuner started from the best of ``--explore`` 8 random exact
@@ -48,7 +48,7 @@ from pathlib import Path  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from tuner.cli import add_scenario_args, check_file, check_out, spec_from_args  # noqa: E402
-from tuner.deployments import DEFAULT, DEPLOYMENTS, get_deployment  # noqa: E402
+from tuner.scenario.deployments import DEFAULT, DEPLOYMENTS, get_deployment  # noqa: E402
 from tuner.common import compile_cache  # noqa: E402
 from tuner.common.atomic import write_json_atomic, write_text_atomic  # noqa: E402
 from tuner.search.fitting import AUTO_COORDS, CHECKS, FitSettings, fit  # noqa: E402
