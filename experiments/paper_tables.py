@@ -7,7 +7,8 @@ same in all of them:
 * progress and errors: :func:`log` (one line to stderr), :func:`error` (one ``error:``
   line, exit status 2);
 * the claim vocabulary: the verdicts :data:`SUPPORTED`, :data:`CONTRADICTED`,
-  :data:`NOT_REPRODUCED`, the agreement test :func:`within` (sim / paper within a band
+  :data:`NOT_REPRODUCED`, :data:`NOT_EXERCISED`, :data:`UNTESTABLE`,
+  :data:`INCONSISTENT`, the agreement test :func:`within` (sim / paper within a band
   of 1), :func:`band_verdict`, :func:`ratio` and :func:`set_reason` (a claim row's
   ``cause`` or ``note``);
 * formatters for the markdown: :func:`fmt`, :func:`pct`, :func:`signed`, :func:`yn`,
@@ -39,7 +40,8 @@ from experiments.results_io import png_metadata, stamp_markdown, stamped
 from tuner.common.atomic import (plain, savefig_atomic, unwritable_reason,
                                  write_json_atomic, write_text_atomic)
 
-__all__ = ["CONTRADICTED", "NOT_REPRODUCED", "SUPPORTED", "BaseRunner",
+__all__ = ["CONTRADICTED", "INCONSISTENT", "NOT_EXERCISED", "NOT_REPRODUCED",
+           "SUPPORTED", "UNTESTABLE", "BaseRunner",
            "argument_parser", "band_verdict", "bullets",
            "error", "fmt", "footer", "log", "make_out", "md_head", "md_row", "now_utc",
            "out_unwritable", "parse_args", "pct", "pyplot", "ratio", "save_figure",
@@ -68,6 +70,9 @@ def now_utc() -> str:
 SUPPORTED = "supported"            # the simulation agrees with the paper's claim
 CONTRADICTED = "contradicted"      # it points the other way
 NOT_REPRODUCED = "not reproduced"  # same direction (or no effect), outside the band
+NOT_EXERCISED = "not exercised"    # the workload never engaged the claim's mechanism
+UNTESTABLE = "untestable here"     # the claim needs what the project does not model
+INCONSISTENT = "the paper's figures inconsistent"  # the paper's numbers disagree
 
 
 def ratio(a, b, positive: bool = False):

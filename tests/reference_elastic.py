@@ -128,14 +128,18 @@ should be aligned with these.
     shortfall). (Since resident + demand <= P they never both apply.)
 17. Algorithm 2 (ellm) runs after every iteration, also 0-s ones (which push zero
     counts into the rings). The iteration is a TTFT miss (1, else 0) when a first token
-    of it has TTFT (14) > ``f32(ttft_slo_s)``; a TPOT miss when one of the slots that
-    produced a token in the iteration
-    (decoders, and prefill completions, i.e. recomputes) with ``gen >= 2`` (after the
-    increment) and ``f32(t - t_first) / f32(gen - 1) > f32(tpot_slo_s)``, counted
-    before completions free the slots. Each ring has 16 entries, the current
+    of it has TTFT (14) > ``f32(ttft_slo_s)``, or when the request at ``head`` (after
+    this iteration's admissions and drop) is valid, has arrived (``arrival <= t``) and
+    ``f32(t - arrival) + overhead > f32(ttft_slo_s)`` (it waits past its TTFT SLO). It
+    is a TPOT miss when a request that finishes in the iteration (``gen >= o``, found
+    before completions free the slots) has ``o > 1`` and ``f32(t - t_first) / f32(o -
+    1) > f32(tpot_slo_s)`` (its TPOT, the mean over its decode). Each ring has 16
+    entries, the current
     iteration's count at lag 0; the window sums the lags ``j = 0 .. ceil(w) - 1``
-    (clipped to 16); an event is ``sum >= k`` (i.e. ``>= ceil(k)``). A TPOT event sets
-    ``B_logic = max(B_logic / a, c)``; otherwise a TTFT event sets ``B_logic =
+    (clipped to 16); an event is ``sum >= k`` (i.e. ``>= ceil(k)``). ``B_unit =
+    min(f32(f32(buffer_unit_mib * 2**20) / kv_bytes), B_max)``; ``B_logic`` starts at
+    ``B_unit``. A TPOT event sets
+    ``B_logic = max(B_logic / a, B_unit)``; otherwise a TTFT event sets ``B_logic =
     min(B_logic * a, B_max)`` (float32); after either event both rings are zeroed.
     ``tpot_events`` / ``ttft_events`` count the applied actions (a TTFT event that
     coincides with a TPOT event is not counted). ``buffer_trace`` has one entry per
@@ -266,7 +270,8 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
                        admit_window, max_batch, max_prefill, pool_tokens, chunk_tokens,
                        act_coef, watermark_tokens, ttft_slo_s, tpot_slo_s,
                        iteration_time, kv_bytes_per_token, host_link_bw,
-                       request_overhead_s=0.0, max_iters=200_000) -> dict:
+                       request_overhead_s=0.0, buffer_unit_mib=1024.0,
+                       max_iters=200_000) -> dict:
     if system not in ("ellm", "vllm", "vllm-cp"):
         raise ValueError(f"unknown system {system!r}")
     ellm = system == "ellm"
@@ -311,7 +316,8 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
         B_max = F32(F32(F32(params["cpu_buffer_gib"]) * F32(2 ** 30)) / kv_bytes)
         k_viol = float(params["k"])
         w_lags = min(W_MAX, max(1, int(math.ceil(float(params["w"])))))
-        B_logic = F32(c)
+        B_unit = min(F32(F32(F32(buffer_unit_mib) * F32(2 ** 20)) / kv_bytes), B_max)
+        B_logic = B_unit
         K0 = F32(P - act(F32(max_prefill_f), max_batch))
         owned = K0
     cap = K if not ellm else P  # S of the keep step
@@ -656,13 +662,19 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
                 if ttft > ttft_slo:
                     ttft_miss = 1  # the iteration missed (docs step 8)
             tpot_miss = 0
-            for s in producers:
+            for s in range(S):  # requests that finish now, TPOT over their whole decode
                 sl = slots[s]
-                if sl.gen >= 2:
-                    tf = first_token_s[sl.req]
-                    tpot = F32(F32(t - tf) / F32(sl.gen - 1))
+                if sl is None or sl.status == PREEMPTED or sl.gen < int(output[sl.req]):
+                    continue
+                o = int(output[sl.req])
+                if o > 1:
+                    tpot = F32(F32(t - first_token_s[sl.req]) / F32(o - 1))
                     if tpot > tpot_slo:
                         tpot_miss = 1
+            # the oldest request still waiting for admission, already past the TTFT SLO
+            if head < n and valid[head] and arrival[head] <= t:
+                if F32(F32(t - arrival[head]) + overhead) > ttft_slo:
+                    ttft_miss = 1
 
         # ---- 7. completion -----------------------------------------------------------
         for s in range(S):
@@ -683,7 +695,7 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
             e_ttft = sum(ring_ttft[:w_lags]) >= k_viol
             e_tpot = sum(ring_tpot[:w_lags]) >= k_viol
             if e_tpot:
-                B_logic = max(F32(B_logic / a_fac), F32(c))
+                B_logic = max(F32(B_logic / a_fac), B_unit)
                 tpot_events += 1
             elif e_ttft:
                 B_logic = min(F32(B_logic * a_fac), B_max)

@@ -26,7 +26,13 @@ CASES = [
      {"ttft_slo_s": 0.1, "tpot_slo_s": 10.0},
      {"cpu_buffer_gib": 2.0}, {"chunk_mib": 0.25}, "offloads"),
     ("ellm", "mooncake-conversation.jsonl", 100, 60, 60000, {"tpot_slo_s": 0.05},
-     {"theta": 0.02}, {}, "tpot_events"),
+     {"theta": 0.02, "k": 1.0}, {}, "tpot_events"),
+    # the buffer unit read as one chunk (the previous reading), TTFT events from requests
+    # still waiting past their SLO
+    ("ellm", "azure-llm-2023-conv.csv", 0, 160, 12000,
+     {"ttft_slo_s": 0.1, "tpot_slo_s": 10.0},
+     {"cpu_buffer_gib": 2.0}, {"chunk_mib": 0.25, "buffer_unit_mib": 0.25},
+     "ttft_events"),
 ]
 
 
@@ -58,7 +64,8 @@ def _run(system, wl, cfg, params, family):
         chunk_tokens=rm["chunk"], act_coef=tuple(float(x) for x in rm["coef"]),
         watermark_tokens=float(cfg.watermark_tokens), ttft_slo_s=float(cfg.ttft_slo_s),
         tpot_slo_s=float(cfg.tpot_slo_s), iteration_time=step_time,
-        kv_bytes_per_token=rm["kv_bytes"], host_link_bw=float(DEP.device.host_link_bw))
+        kv_bytes_per_token=rm["kv_bytes"], host_link_bw=float(DEP.device.host_link_bw),
+        buffer_unit_mib=family.get("buffer_unit_mib", 1024.0))
     return st, {k: float(v) for k, v in metrics(st, inputs, opts).items()}, ref
 
 

@@ -62,6 +62,15 @@ def test_every_system_at_every_rate(res):
         assert math.isfinite(g["goodput_rps"]) and g["goodput_rps"] > 0 and g["runs"] > 1
     for sy in QUICK["offline_systems"]:
         assert _finite(res["offline"]["systems"][sy])
+    # eLLM under both readings of Algorithm 2's buffer unit; the 1 GiB one is the main run
+    sens = w["buffer_unit_sensitivity"]
+    assert [v["buffer_unit_mib"] for v in sens.values()] == [1024, 2, 1024]
+    assert sens["1 GiB"]["goodput_rps"] == w["goodput"]["ellm"]["goodput_rps"]
+    assert set(res["offline"]["ellm_by_buffer_unit"]) == {"1 GiB", "one 2 MiB chunk"}
+    # without the CPU buffer (the paper's vLLM+intra) nothing is offloaded
+    assert sens["no CPU buffer (vLLM+intra)"]["offloads_at_goodput"] == 0
+    dep = res["deployment"]["ellm"]
+    assert dep["buffer_unit_tokens"] == 2 ** 30 / res["deployment"]["kv_bytes_per_token"]
 
 
 def test_claims_table(res):
@@ -77,6 +86,13 @@ def test_claims_table(res):
             assert c["ratio_sim_over_paper"] == pytest.approx(c["sim"] / paper)
             assert c["within_20pct"] == (abs(c["sim"] / paper - 1.0) <= 0.2)
             assert c["within_20pct"] or c["cause"]  # every disagreement has a cause
+    for c in res["claims"]:
+        assert c["verdict"] in ("supported", "not reproduced", "untestable here") or (
+            c["sim"] is None and c["verdict"] is None), c
+        if c["id"].startswith("offline"):  # stated for Jamba-Mini (section 6.4)
+            assert c["verdict"] == "untestable here" and "Jamba" in c["cause"]
+        elif c["sim"] is not None:
+            assert (c["verdict"] == "supported") == c["within_20pct"]
     # the quick run computes these from its own points
     assert by_id["ttft_vs_vllm_p50"]["sim"] is not None
     assert by_id["goodput_vs_vllm"]["sim"] is not None

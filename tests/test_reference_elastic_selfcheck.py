@@ -47,6 +47,8 @@ def run(system, prompt, output, *, arrival=None, valid=None, params=None, n_slot
         params = dict(ELLM_PARAMS) if system == "ellm" else (
             {"chunk": 512.0} if system == "vllm-cp" else {})
     timer = Recorder() if timer is None else timer
+    # the hand-worked cases below take Algorithm 2's buffer unit as one chunk
+    kw.setdefault("buffer_unit_mib", chunk_tokens * kv_bytes_per_token / 2 ** 20)
     out = simulate_reference(
         arrival, np.asarray(prompt), np.asarray(output), valid, system=system,
         params=params, n_slots=n_slots,
@@ -250,9 +252,9 @@ def test_ellm_fetch_waits_for_memory_and_deflation():
 def _alg2_run(w, k):
     # ellm, huge pool (no offload needed), act 0, c = 4, B_max = 2**-26 GiB / 1 B = 16.
     # r0..r3: p=4, o=1 (one per iteration: max_prefill 4, so a second one exceeds it);
-    # r4: p=4, o=4. Tiny SLOs: every first token misses TTFT, every decode misses TPOT.
-    # Iterations: it0..it4 prefill r0..r4 (one TTFT miss each), it5..it7 decode r4
-    # (gen 2, 3, 4: one TPOT miss each).
+    # r4: p=4, o=4. Tiny SLOs: every first token misses TTFT; r4 finishes (it7) with
+    # TPOT 1.0 > SLO. Iterations: it0..it4 prefill r0..r4 (one TTFT miss each),
+    # it5..it7 decode r4 (gen 2, 3, 4); only its finish is a TPOT miss.
     params = dict(ELLM_PARAMS, w=w, k=k)
     out, _ = run("ellm", [4] * 5, [1, 1, 1, 1, 4], params=params, n_slots=2,
                  max_prefill=4, ttft_slo_s=1e-6, tpot_slo_s=1e-6)
@@ -262,11 +264,11 @@ def _alg2_run(w, k):
 
 def test_algorithm2_every_miss_is_an_event():
     # w = 1, k = 1: each TTFT miss is an event: 4 -> 8 -> 16 -> 16 (B_max) -> 16 -> 16;
-    # then each TPOT miss halves: 8, 4, then max(2, c = 4) = 4.
+    # it5, it6 no miss; it7 r4's finish (TPOT 3 s / 3 = 1.0) halves: 8.
     out = _alg2_run(1.0, 1.0)
     assert out["B_max"] == 16.0
-    assert out["buffer_trace"] == [8.0, 16.0, 16.0, 16.0, 16.0, 8.0, 4.0, 4.0]
-    assert (out["ttft_events"], out["tpot_events"]) == (5, 3)
+    assert out["buffer_trace"] == [8.0, 16.0, 16.0, 16.0, 16.0, 16.0, 16.0, 8.0]
+    assert (out["ttft_events"], out["tpot_events"]) == (5, 1)
 
 
 @pytest.mark.parametrize("w,k", [(2.0, 2.0), (1.5, 1.5)])
@@ -274,33 +276,34 @@ def test_algorithm2_window_and_count(w, k):
     # lags j in {0, 1} (w = 2 or 1.5), k = 2 (or 1.5 -> 2 misses).
     # it0 TTFT 1 (sum 1): none -> 4.  it1 sum 2: event -> 8, rings cleared.
     # it2 sum 1 -> 8.  it3 sum 2: event -> 16, cleared.  it4 sum 1 -> 16.
-    # it5: TTFT ring lags (0, 1) = (0, 1) -> 1; TPOT 1 -> none -> 16.
-    # it6: TPOT sum 2 -> event: 16 / 2 = 8, cleared.  it7: TPOT 1 -> 8.
+    # it5: TTFT ring lags (0, 1) = (0, 1) -> 1 -> 16; it6: 0.  it7: one TPOT miss
+    # (sum 1 < 2) -> 16.
     out = _alg2_run(w, k)
-    assert out["buffer_trace"] == [4.0, 8.0, 8.0, 16.0, 16.0, 16.0, 8.0, 8.0]
-    assert (out["ttft_events"], out["tpot_events"]) == (2, 1)
+    assert out["buffer_trace"] == [4.0, 8.0, 8.0, 16.0, 16.0, 16.0, 16.0, 16.0]
+    assert (out["ttft_events"], out["tpot_events"]) == (2, 0)
 
 
 def test_algorithm2_tpot_wins_over_ttft():
     # Alternating events in separate iterations: r0 p=4 o=3 at t=0, r1 p=4 o=1 at
-    # t=1.0, w = k = 1, tiny SLOs.  it0: r0 prefill (TTFT miss) -> 8.  it1 (t=1): r1
-    # prefill (r0 waits), TTFT miss -> 16.  it2: r0 decodes (gen 2): TPOT miss -> 8.
-    # it3: r0 gen 3: TPOT miss -> 4.
+    # t=1.0, w = k = 1, tiny SLOs.  it0: r0 prefill (TTFT miss) -> 8 (at t = 1, r1 has
+    # waited 0 s: no miss).  it1 (t=1): r1 prefill (r0 waits), TTFT miss -> 16.  it2:
+    # r0 decodes (gen 2): no finish, no miss -> 16.  it3: r0 finishes, TPOT (4 - 1) / 2
+    # -> miss -> 8.
     params = dict(ELLM_PARAMS, w=1.0, k=1.0)
     out, _ = run("ellm", [4, 4], [3, 1], arrival=[0.0, 1.0], params=params,
                  ttft_slo_s=1e-6, tpot_slo_s=1e-6)
-    assert out["buffer_trace"] == [8.0, 16.0, 8.0, 4.0]
-    # Both events in one iteration: a recompute's token (a TPOT miss) next to a new
-    # request's first token (a TTFT miss). ellm, P 16, theta 0, act 0, w = k = 1,
+    assert out["buffer_trace"] == [8.0, 16.0, 16.0, 8.0]
+    # Both events in one iteration: a recompute that finishes (a TPOT miss) next to a
+    # new request's first token (a TTFT miss). ellm, P 16, theta 0, act 0, w = k = 1,
     # TTFT SLO 0.5, TPOT SLO 1.1. r0, r1 p=4 o=6 at 0; r2 p=4 o=1 at 5.5.
     # it0: both prefilled (32 - ... fits), TTFT 1.0 > 0.5 twice -> event -> 8. t = 1.
-    # it1..it4: decodes, needs 8 + 8 <= 16; TPOT so far (t - 1) / (gen - 1) = 1.0
-    #   <= 1.1: no miss -> 8.  it5 (t=5): needs 12 + 12 > 16 -> r1 preempted; r0
-    #   decodes, TPOT 1.0, done (t = 6).
+    # it1..it4: decodes, needs 8 + 8 <= 16; r2 not arrived -> 8.  it5 (t=5): needs
+    #   12 + 12 > 16 -> r1 preempted; r0 decodes, done (t = 6), TPOT 1.0 <= 1.1; r2
+    #   has waited 0.5, not > 0.5 -> 8.
     # it6 (t=6): r1 re-admitted (T 9, KV 12: 16 - 12 = 4 >= 0), r2 (arrived 5.5) too
-    #   (16 - 16 = 0 >= 0); prefill-only, t = 7: r1 gen 6, TPOT (7 - 1) / 5 = 1.2 > 1.1
-    #   (miss); r2 TTFT 1.5 > 0.5 (miss) -> TPOT event wins: max(8 / 2, 4) = 4 (a TTFT
-    #   event would have given 16).
+    #   (16 - 16 = 0 >= 0); prefill-only, t = 7: r1 gen 6 finishes, TPOT (7 - 1) / 5 =
+    #   1.2 > 1.1 (miss); r2 TTFT 1.5 > 0.5 (miss) -> TPOT event wins: max(8 / 2, 4) =
+    #   4 (a TTFT event would have given 16).
     params = dict(ELLM_PARAMS, w=1.0, k=1.0)
     out, _ = run("ellm", [4, 4, 4], [6, 6, 1], arrival=[0.0, 0.0, 5.5], params=params,
                  n_slots=3, pool_tokens=16.0, ttft_slo_s=0.5, tpot_slo_s=1.1)
@@ -320,6 +323,43 @@ def test_algorithm2_ttft_includes_request_overhead():
     out, _ = run("ellm", [4], [1], params=params, ttft_slo_s=1.0, request_overhead_s=0.5)
     assert out["buffer_trace"] == [8.0] and out["ttft_ok"] == 0
     assert out["ttft_s"].tolist() == [1.5]
+
+
+def test_algorithm2_a_request_waiting_past_its_ttft_slo_is_a_miss():
+    # One slot: r0 p=4 o=4 and r1 p=4 o=1 both at 0; TTFT SLO 1.5, w = k = 1.
+    # it0 (t 0 -> 1): r0 prefill, TTFT 1.0; r1 has waited 1.0: no miss -> 4.
+    # it1 (-> 2): r1 has waited 2.0 > 1.5 -> miss -> 8.  it2 (-> 3): 3.0 -> 16.
+    # it3 (-> 4): r0 finishes (slot free only after the iteration), r1 waited 4.0 ->
+    #   16 (B_max).  it4 (-> 5): r1 prefill, TTFT 5.0 -> 16.  Without the waiting rule
+    #   only it4's first token would miss: [4, 4, 4, 4, 8].
+    params = dict(ELLM_PARAMS, w=1.0, k=1.0)
+    out, _ = run("ellm", [4, 4], [4, 1], params=params, n_slots=1, ttft_slo_s=1.5)
+    assert out["first_token_s"].tolist() == [1.0, 5.0]
+    assert out["buffer_trace"] == [4.0, 8.0, 16.0, 16.0, 16.0]
+    assert out["ttft_events"] == 4
+
+
+def test_algorithm2_tpot_is_the_request_mean_not_its_early_gaps():
+    # r0 p=4 o=4 at 0; r1 p=4 o=1 at 1.5 takes a prefill-only iteration (it2) while r0
+    # waits: r0's tokens at 1, 2, 4, 5 -> gaps 1, 2, 1, TPOT (5 - 1) / 3 = 1.333.
+    # TPOT-so-far after it3 is (4 - 1) / 2 = 1.5, above an SLO of 1.4 that the request
+    # meets: no event. With SLO 1.3 its finish (it4) is a miss: one event.
+    params = dict(ELLM_PARAMS, w=1.0, k=1.0)
+    for slo, events in ((1.4, 0), (1.3, 1)):
+        out, _ = run("ellm", [4, 4], [4, 1], arrival=[0.0, 1.5], params=params,
+                     tpot_slo_s=slo)
+        assert out["first_token_s"].tolist() == [1.0, 3.0]
+        assert out["finish_s"].tolist() == [5.0, 3.0]
+        assert out["tpot_events"] == events, slo
+
+
+def test_algorithm2_buffer_unit_starts_and_floors_the_buffer():
+    # 1 MiB per token: the default unit (1 GiB) is 1024 tokens; B_max 2 GiB = 2048.
+    # Capped by B_max when the host buffer is smaller (0.5 GiB: 512 tokens).
+    for gib, start in ((2.0, 1024.0), (0.5, 512.0)):
+        out, _ = run("ellm", [4], [1], params=dict(ELLM_PARAMS, cpu_buffer_gib=gib),
+                     kv_bytes_per_token=2.0 ** 20, buffer_unit_mib=1024.0)
+        assert out["buffer_trace"] == [start]
 
 
 def test_vllm_cp_chunked_prefill():

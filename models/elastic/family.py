@@ -10,7 +10,7 @@ import numpy as np
 from models.elastic.state import (ElasticAcc, ElasticInputs, ElasticOptions, ElasticPolicy,
                                   ElasticRecord, ElasticSlots, ElasticState,
                                   LogicalBuffer, W_MAX)
-from models.elastic.step import memory, pool_tokens, step as _step
+from models.elastic.step import buffer_bounds, memory, pool_tokens, step as _step
 from models.family import HeadQueueFamily, Inputs, Metric, SimOptions
 from models.outcomes import CORE_METRICS, core_metrics
 from models.server import init_acc, init_record, slot_fields
@@ -58,10 +58,10 @@ class _Elastic(HeadQueueFamily):
 
     def options(self, system, **settings):
         _policy(system)
-        unknown = set(settings) - {"chunk_mib"}
+        unknown = set(settings) - {"chunk_mib", "buffer_unit_mib"}
         if unknown:
             raise ValueError(f"{system}: unknown option(s) {sorted(unknown)}; the elastic "
-                             "family takes chunk_mib")
+                             "family takes chunk_mib, buffer_unit_mib")
         return ElasticOptions(**{k: float(v) for k, v in settings.items()})
 
     def extra(self, wl, cfg, opts: SimOptions, history=None, deployment=None):
@@ -79,13 +79,16 @@ class _Elastic(HeadQueueFamily):
         coef = activation_coefficients(deployment.model, tp=deployment.tp, version=version)
         chunk = max(1.0, round(opts.family.chunk_mib * 2 ** 20 / kvb))
         return ElasticInputs(chunk=jnp.float32(chunk),
+                             buf_unit_mib=jnp.float32(opts.family.buffer_unit_mib),
                              coef=jnp.asarray(np.asarray(coef, np.float64) / kvb,
                                               jnp.float32))
 
     def init(self, inputs: Inputs, params, t, opts: SimOptions) -> ElasticState:
         wl, cfg = inputs.wl, inputs.cfg
         z = jnp.zeros(W_MAX, jnp.float32)
-        buf = LogicalBuffer(size=jnp.asarray(inputs.extra.chunk, jnp.float32),
+        size = (buffer_bounds(inputs.extra, params, cfg.kv_bytes_per_token)[0]
+                if _policy(opts.system).offload else jnp.zeros((), jnp.float32))
+        buf = LogicalBuffer(size=jnp.asarray(size, jnp.float32),
                             ttft_ring=z, tpot_ring=z,
                             owned=jnp.asarray(cfg.capacity_tokens, jnp.float32))
         rec = init_record(wl.size, ElasticRecord) if opts.record else None
@@ -139,6 +142,7 @@ class _Elastic(HeadQueueFamily):
                                 "(inflation/deflation)",
                        theta_tokens=int(mem.theta), theta_share=float(params["theta"]),
                        cpu_buffer_gib=float(params["cpu_buffer_gib"]),
+                       buffer_unit_mib=opts.family.buffer_unit_mib,
                        buffer_factor_a=float(params["a"]),
                        violation_event=f"{int(np.ceil(float(params['k'])))} SLO misses "
                                        f"within {int(np.ceil(float(params['w'])))} "

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import jax
+import numpy as np
 from flax import struct
 
 from models.server import Record
@@ -19,13 +20,20 @@ W_MAX = 16  # iterations the SLO-violation window can span (the paper's w = 5 fi
 @dataclass(frozen=True)
 class ElasticOptions:
     """Static options: ``chunk_mib``, the physical chunk of the unified pool (2 MiB: the
-    CUDA VMM allocation granularity eLLM maps, paper section 4.2)."""
+    CUDA VMM allocation granularity eLLM maps, paper section 4.2); ``buffer_unit_mib``,
+    the unit of Algorithm 2's logical buffer, which starts at one unit and never shrinks
+    below it (the paper's "initialized to 1" and its floor ``max(B / a, 1)``, read as
+    1 GiB: docs/elastic-semantics.md step 8)."""
 
     chunk_mib: float = 2.0
+    buffer_unit_mib: float = 1024.0
 
     def __post_init__(self):
-        if not float(self.chunk_mib) > 0:
-            raise ValueError(f"elastic options: chunk_mib must be > 0, got {self.chunk_mib}")
+        for name in ("chunk_mib", "buffer_unit_mib"):
+            v = getattr(self, name)
+            if not float(v) > 0 or not np.isfinite(float(v)):
+                raise ValueError(f"elastic options: {name} must be a finite number > 0, "
+                                 f"got {v}")
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,7 @@ class ElasticInputs:
     divided by the KV bytes per token)."""
 
     chunk: jax.Array   # [] float32 tokens per physical chunk
+    buf_unit_mib: jax.Array  # [] float32 GiB: the logical buffer's start and floor
     coef: jax.Array    # [4] float32
 
 

@@ -222,7 +222,15 @@ def _never_fits(c: _Cands, mem: Memory, pol: ElasticPolicy):
     return kv0 > mem.space - mem.theta
 
 
-def _buffer(buf: LogicalBuffer, miss_ttft, miss_tpot, params, chunk, kv_bytes, t):
+def buffer_bounds(extra, params, kv_bytes):
+    """Algorithm 2's floor and ceiling of the logical buffer, in tokens: one buffer unit
+    (``buffer_unit_mib``, capped at the ceiling) and ``B_max = cpu_buffer_gib``."""
+    gib = jnp.float32(2.0 ** 30)
+    b_max = params["cpu_buffer_gib"] * gib / kv_bytes
+    return jnp.minimum(extra.buf_unit_mib * jnp.float32(2.0 ** 20) / kv_bytes, b_max), b_max
+
+
+def _buffer(buf: LogicalBuffer, miss_ttft, miss_tpot, params, bounds, t):
     """Step 8, Algorithm 2: violation events over the last ``w`` iterations move the
     logical buffer by the factor ``a`` (log space, soft events, when T > 0)."""
     ttft = jnp.concatenate([miss_ttft[None], buf.ttft_ring[:-1]])
@@ -232,10 +240,10 @@ def _buffer(buf: LogicalBuffer, miss_ttft, miss_tpot, params, chunk, kv_bytes, t
     e_tpot = relax.soft_ge(jnp.sum(tpot * in_w), k, t, 1.0, margin=0.5)
     e_ttft = relax.soft_ge(jnp.sum(ttft * in_w), k, t, 1.0, margin=0.5)
     a, size = params["a"], buf.size
-    b_max = params["cpu_buffer_gib"] * jnp.float32(2.0 ** 30) / kv_bytes
+    floor, b_max = bounds
     up, down = e_ttft * (1.0 - e_tpot), e_tpot
-    soft = jnp.clip(size * jnp.exp(jnp.log(a) * (up - down)), chunk, b_max)
-    hard = jnp.where(e_tpot >= 0.5, jnp.maximum(size / a, chunk),
+    soft = jnp.clip(size * jnp.exp(jnp.log(a) * (up - down)), floor, b_max)
+    hard = jnp.where(e_tpot >= 0.5, jnp.maximum(size / a, floor),
                      jnp.where(e_ttft >= 0.5, jnp.minimum(size * a, b_max), size))
     size = jnp.where(t > 0, soft, hard)
     clear = jnp.where(t > 0, 1.0 - (up + down),
@@ -375,7 +383,7 @@ def step(st: ElasticState, inputs, hw, params, t, pol: ElasticPolicy, log: bool 
         dec_tokens=acc.dec_tokens + dec_seqs,
         dec_busy_s=acc.dec_busy_s + jnp.where(dec_seqs > 0, dt, 0.0))
     # 7 completion
-    sl3, acc, fin, rec, ttft, tpot_now = _complete(
+    sl3, acc, fin, rec, ttft, done = _complete(
         sl3, acc, st.rec, placed_new, first,
         progressed, host_new & placed, clock, st.it, n, t, cfg, hw)
     # 5 drop: a new head request is skipped, a preempted slot freed
@@ -386,16 +394,23 @@ def step(st: ElasticState, inputs, hw, params, t, pol: ElasticPolicy, log: bool 
     # 8 Algorithm 2, 9 ownership
     if pol.offload:
         # an iteration is a TTFT (TPOT) miss when any request missed in it (soft: the
-        # probability that at least one did)
+        # probability that at least one did): a first token late, or the oldest waiting
+        # request already past the TTFT SLO; a request finishing with its TPOT (the mean
+        # over its decode) above the TPOT SLO
         p_ttft = jnp.where(first, relax.soft_gt(ttft, cfg.ttft_slo_s, t,
                                                 0.1 * cfg.ttft_slo_s), 0.0)
-        late = progressed & (gen >= 2)
-        p_tpot = jnp.where(late, relax.soft_gt(tpot_now, cfg.tpot_slo_s, t,
-                                               0.1 * cfg.tpot_slo_s), 0.0)
-        miss_ttft = 1.0 - jnp.prod(1.0 - p_ttft)
+        hq = jnp.minimum(head, n - 1)
+        waiting = (head < n) & wl.valid[hq] & (wl.arrival_s[hq] <= clock)
+        waited = clock - wl.arrival_s[hq] + hw.request_overhead_s
+        p_wait = jnp.where(waiting, relax.soft_gt(waited, cfg.ttft_slo_s, t,
+                                                  0.1 * cfg.ttft_slo_s), 0.0)
+        p_tpot = jnp.where(done, relax.soft_gt(
+            fin.tpot, cfg.tpot_slo_s, t, 0.1 * cfg.tpot_slo_s), 0.0)
+        miss_ttft = 1.0 - jnp.prod(1.0 - p_ttft) * (1.0 - p_wait)
         miss_tpot = 1.0 - jnp.prod(1.0 - p_tpot)
-        buf, (e_tpot, e_ttft) = _buffer(buf, miss_ttft, miss_tpot, params, mem.chunk,
-                                        cfg.kv_bytes_per_token, t)
+        buf, (e_tpot, e_ttft) = _buffer(
+            buf, miss_ttft, miss_tpot, params,
+            buffer_bounds(inputs.extra, params, cfg.kv_bytes_per_token), t)
         acc = acc.replace(tpot_events=acc.tpot_events + e_tpot,
                           ttft_events=acc.ttft_events + e_ttft)
     buf = buf.replace(owned=owned)
@@ -411,11 +426,10 @@ def step(st: ElasticState, inputs, hw, params, t, pol: ElasticPolicy, log: bool 
 def _complete(sl: ElasticSlots, acc: ElasticAcc, rec, admitted_new, first, progressed,
               offloaded, clock, it, n, t, cfg, hw):
     """Step 7: finished slots free everything; outcomes enter the accumulators, the
-    record and ``Finished``. Also returns each slot's TTFT and TPOT so far."""
+    record and ``Finished``. Also returns each slot's TTFT and the finished mask."""
     done = ((sl.status == 1) | (sl.status == 3)) & (sl.gen >= sl.output)
     acc, fin = finish_outcomes(acc, sl, done, clock, t, cfg, hw)
     ttft = fin.ttft
-    tpot_now = (clock - sl.t_first) / jnp.maximum(sl.gen - 1, 1).astype(jnp.float32)
     if rec is not None:
         req = sl.req
         aidx = jnp.where(admitted_new, req, n)
@@ -428,4 +442,4 @@ def _complete(sl: ElasticSlots, acc: ElasticAcc, rec, admitted_new, first, progr
     status = jnp.where(done, 0, sl.status)
     sl = sl.replace(status=status, req=jnp.where(done, -1, sl.req),
                     kv=jnp.where(done, 0.0, sl.kv), host=jnp.where(done, 0.0, sl.host))
-    return sl, acc, fin, rec, ttft, tpot_now
+    return sl, acc, fin, rec, ttft, done
