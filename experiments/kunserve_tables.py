@@ -2,7 +2,7 @@
 Llumnix on rescaled bursty real traces, beside the paper's claims.
 
 ``python -m experiments.kunserve_tables --out DIR [--quick] [--traces azure-conv,mooncake]
-[--lengths sharegpt,arxiv] [--requests N] [--seed S]``
+[--lengths sharegpt,arxiv] [--requests N] [--seed S] [--instances N]``
 
 The paper (shared/seeds/kunserve.txt, section 5, Figs 12-16) serves Qwen-2.5-14B on
 eight A800-80GB instances (cluster A) and replays BurstGPT, upscaled with TraceUpscaler
@@ -29,10 +29,26 @@ What this script runs (every choice is also written into the JSON's ``setup``):
   ``azure-conv-2x``: the azure-conv window with the rate of its requests 40-60% doubled,
   a stress case of the paper's Fig. 2a shape, azure-conv-2x+sharegpt in the full run), the
   window chosen by a written rule so that its densest run of arrivals comes after the
-  cluster has filled up; lengths drawn (seeded, without replacement) from the ShareGPT
+  cluster has filled up; ``azure-conv-waves`` (issue 32: the windows above barely
+  throttle, their densest 250 arrivals at 1.26-1.37x the mean rate) is a 640 s replay
+  with two sustained 2x bursts, built as described next; lengths drawn (seeded, without replacement) from the ShareGPT
   length table (rows with a prompt of at most 4096 tokens, the paper's ShareGPT
   maximum) or the arXiv summarisation table (the long-input, LongBench-like case on
   which the bubble and P50 TPOT claims are judged).
+* ``azure-conv-waves``: the azure-conv timestamps from the trace's first request, in
+  order (after the trace's last request it starts again from its first, shifted by the
+  last timestamp plus the mean gap), every gap multiplied by the factor s below (the
+  calm rate), then time-compressed 2x inside two windows of replay time, [45, 105) s and
+  [440, 500) s: replay time tau runs at half the trace's (scaled) time there, i.e. the
+  arrival u (scaled trace time) is replayed at tau with u = tau + (seconds of the
+  windows before tau), so the requests that would have arrived over 120 s of the trace
+  arrive in the 60 s window, in their real order and with their real relative gaps
+  halved. Requests with tau < 640 s are kept (the paper's 640 s BurstGPT run, Fig. 15,
+  whose second wave begins at 440 s; BurstGPT's rate doubles at 45 s in Fig. 2a). Each
+  window lasts 60 s (>= 45 s) at twice the calm rate; the second comes 335 s after the
+  first ends, time for the cluster to restore (section 5.4). The request count follows from s (the lengths come from one draw of
+  ``waves_pool`` rows, taken in order); s is chosen by the 60% rule below, with the
+  bursts in the replay.
 * Time rescaling (TraceUpscaler-style): every inter-arrival gap of the window is
   multiplied by one factor s; s is found by a geometric bisection on vllm-dp's time-mean
   KV demand (held + queued tokens, from the family's timeline) so that it is at most 60%
@@ -41,7 +57,12 @@ What this script runs (every choice is also written into the JSON's ``setup``):
   outputs.
 * Per system: the family's metrics, exact P50/P90/P99 TTFT and TPOT from the
   per-request record, SLO violation shares at factors 1..10, memory timelines and
-  completions per window; the paper's claims with verdicts.
+  completions per window, KunServe's group changes (which instances merged, when); the
+  paper's claims with verdicts. A (workload, baseline) value on a workload where
+  KunServe never dropped (nothing throttled its groups: it ran as vllm-dp) is labelled
+  "not exercised", not "not reproduced": the paper's claims are about requests under
+  throttling. The restore claims need a restore as well. A claim's verdict is taken
+  over its exercised values ("not exercised" when there are none).
 
 Writes ``DIR/kunserve_tables.json``, ``DIR/kunserve_tables.md``,
 ``DIR/kunserve_memory.png``, ``DIR/kunserve_throughput.png`` and ``DIR/kunserve_slo.png``
@@ -89,14 +110,27 @@ WITHIN = 0.20
 NO_EFFECT = 0.005            # |ratio - 1| or |change| at most this: no effect
 GIB = 2.0 ** 30
 MAX_STEPS = 2 ** 24         # timeline step budget (it stops when every request is done)
-ARRIVAL_TRACES = ("azure-conv", "mooncake", "azure-conv-2x")  # real timestamps
+ARRIVAL_TRACES = ("azure-conv", "mooncake", "azure-conv-2x",  # real timestamps
+                  "azure-conv-waves")
 # stress patterns (the issue allows a burst generator for stress cases): a real trace's
 # window with the gaps of the requests in [SPIKE_FROM, SPIKE_TO) of it divided by
 # SPIKE_X, the paper's Fig. 2a shape (BurstGPT's rate doubles at 45 s); then the same
 # 60% rescale as the plain traces
 SPIKES = {"azure-conv-2x": "azure-conv"}
 SPIKE_FROM, SPIKE_TO, SPIKE_X = 0.3, 0.8, 2.0
+# the waves pattern (issue 32): a WAVE_SPAN_S replay of a real trace's arrivals from its
+# first request, time-compressed WAVE_X-fold inside the WAVE_WINDOWS_S of replay time
+WAVES = {"azure-conv-waves": "azure-conv"}
+WAVE_SPAN_S = 640.0                                 # the paper's long run (Fig. 15)
+WAVE_WINDOWS_S = ((45.0, 105.0), (440.0, 500.0))    # 60 s each, from 45 s and 440 s
+WAVE_X = 2.0                                        # BurstGPT's rate doubles (Fig. 2a)
+WAVES_POOL = 24000   # length rows drawn once per workload (ShareGPT has 24,109 <= 4K)
+WAVES_PAD = 512                                     # request arrays padded to multiples
 LENGTH_TABLES = ("sharegpt", "arxiv")
+# KunServe never dropped on the workload(s); the same word as the NOT_EXERCISED that
+# experiments/paper_tables.py gains in a concurrent change (defined here so this script
+# does not depend on it)
+NOT_EXERCISED = "not exercised"
 
 KUNSERVE = "kunserve"
 BASELINES = ("vllm-dp", "vllm-pp", "infercept", "llumnix")
@@ -116,10 +150,11 @@ NO_RESTORE = "kunserve (no restore)"
 # workloads: (arrival trace, length table); the arXiv case is the long-input
 # (LongBench-like) one, where the paper measures bubbles and P50 TPOT
 FULL = {"workloads": (("azure-conv", "sharegpt"), ("mooncake", "sharegpt"),
-                      ("azure-conv", "arxiv"), ("azure-conv-2x", "sharegpt")), "n_requests": 2500,
+                      ("azure-conv", "arxiv"), ("azure-conv-2x", "sharegpt"),
+                      ("azure-conv-waves", "sharegpt")), "n_requests": 2500,
         "n_instances": 8, "burst_requests": 250, "window_step": 50,
         "bisect_iters": 3, "bracket_steps": 3, "ablations": tuple(ABLATIONS),
-        "bin_s": 10.0, "seed": 0}
+        "bin_s": 10.0, "seed": 0, "waves_pool": WAVES_POOL}
 # --quick (tests): 2 instances with a KV capacity cut to 12,000 tokens each (60 requests
 # could not fill vLLM's 233,728), 60 requests, a short factor search, only the lookahead
 # ablation (each option set compiles anew)
@@ -127,7 +162,7 @@ QUICK = {"workloads": (("azure-conv", "sharegpt"), ("mooncake", "sharegpt")),
          "n_requests": 60, "n_instances": 2, "capacity_tokens": 12000,
          "burst_requests": 10, "window_step": 10,
          "bisect_iters": 1, "bracket_steps": 2, "ablations": (TOKEN_MB,),
-         "bin_s": 5.0, "seed": 0}
+         "bin_s": 5.0, "seed": 0, "waves_pool": WAVES_POOL}
 
 PAPER_SRC = "KunServe (shared/seeds/kunserve.txt)"
 # id -> (kind, paper low, paper high, text, source, core?)
@@ -241,12 +276,71 @@ def sample_lengths(table: str, n: int, seed: int) -> tuple:
     return pp, oo, info
 
 
+def base_trace(name: str) -> str:
+    """The real trace a workload pattern replays (itself for a plain trace)."""
+    return SPIKES.get(name, WAVES.get(name, name))
+
+
+def wave_arrivals(base, s: float, span: float = WAVE_SPAN_S,
+                  windows=WAVE_WINDOWS_S, x: float = WAVE_X):
+    """The waves replay (module docstring): ``base`` (a real trace's sorted arrival
+    times from 0) with every gap multiplied by ``s``, time-compressed ``x``-fold inside
+    the ``windows`` of replay time, cut at ``span``. Scaled trace time u maps to replay
+    time tau through u = tau + (x - 1) * (seconds of the windows before tau); the trace
+    restarts from its first request (shifted by its last time plus its mean gap) when
+    it runs out. Returns the replay's arrival times (sorted, all < span)."""
+    import numpy as np
+
+    base = np.sort(np.asarray(base, np.float64))
+    base = base - base[0]
+    if base.size < 2 or base[-1] <= 0 or s <= 0:
+        raise ValueError("the waves replay needs a trace with a positive span and s > 0")
+    # replay-time breakpoints and the scaled trace time at each
+    tau = [0.0]
+    u = [0.0]
+    for a, b in windows:
+        if not (tau[-1] <= a < b <= span):
+            raise ValueError(f"burst windows must be ordered inside [0, {span}]")
+        u.append(u[-1] + (a - tau[-1]))
+        tau.append(a)
+        u.append(u[-1] + x * (b - a))
+        tau.append(b)
+    u.append(u[-1] + (span - tau[-1]))
+    tau.append(span)
+    u_end = u[-1]
+    period = base[-1] + base[-1] / (base.size - 1)  # the trace, then one mean gap
+    reps = int(np.ceil(u_end / (s * period))) + 1
+    uu = (np.concatenate([base + i * period for i in range(reps)])) * s
+    uu = uu[uu < u_end]
+    return np.interp(uu, np.asarray(u), np.asarray(tau))
+
+
+def wave_figures(arr, span: float = WAVE_SPAN_S, windows=WAVE_WINDOWS_S) -> dict:
+    """The replay's rates: each burst window's arrival rate over the calm rate (the
+    rate outside the windows)."""
+    import numpy as np
+
+    arr = np.asarray(arr, np.float64)
+    inside = np.zeros(arr.size, bool)
+    for a, b in windows:
+        inside |= (arr >= a) & (arr < b)
+    calm_s = span - sum(b - a for a, b in windows)
+    calm = float(np.sum(~inside) / calm_s)
+    ws = []
+    for a, b in windows:
+        k = int(np.sum((arr >= a) & (arr < b)))
+        ws.append({"from_s": a, "to_s": b, "requests": k, "rate_rps": k / (b - a),
+                   "over_calm": (k / (b - a)) / calm if calm > 0 else None})
+    return {"span_s": span, "requests": int(arr.size), "calm_rate_rps": calm,
+            "mean_rate_rps": float(arr.size / span), "windows": ws}
+
+
 def trace_arrivals(name: str):
     import numpy as np
 
     from tuner.workloads.presets import resolve_trace
 
-    tr = resolve_trace(SPIKES.get(name, name))
+    tr = resolve_trace(base_trace(name))
     if tr.arrival_s is None:
         raise ValueError(f"trace {name} has no arrival times")
     a = np.sort(np.asarray(tr.arrival_s, np.float64))
@@ -423,6 +517,7 @@ def _timeline_summary(tl: dict, cap1: float, n_inst: int, end: float, kvb: float
         return o
 
     return {
+        "group_changes": _group_changes(t, tl.get("gid"), order),
         "mean_demand_share": float(np.sum(share * wa) / max(float(np.sum(wa)), 1e-12)),
         "mean_demand_share_run": float(np.sum(share * w) / span),
         "peak_demand_share": float(np.max(share)),
@@ -440,6 +535,29 @@ def _timeline_summary(tl: dict, cap1: float, n_inst: int, end: float, kvb: float
                    "cap_share_max": binned(cap / total, "max"),
                    "demand_share_max": binned(share, "max")},
     }
+
+
+MAX_CHANGES = 100  # group changes kept per run
+
+
+def _group_changes(t, gid, order) -> list:
+    """The steps at which the instances' grouping changed (a merge or a split), up to
+    MAX_CHANGES: time and the groups of more than one instance after it."""
+    import numpy as np
+
+    if gid is None or len(t) == 0:
+        return []
+    g = np.asarray(gid)[order].astype(np.int64)
+    at = np.flatnonzero(np.any(g[1:] != g[:-1], axis=1)) + 1
+    if np.any(g[0] != np.arange(g.shape[1])):
+        at = np.r_[0, at]
+    out = []
+    for i in at[:MAX_CHANGES]:
+        row = g[i]
+        out.append({"t_s": float(t[i]),
+                    "groups": [np.flatnonzero(row == r).tolist() for r in np.unique(row)
+                               if np.sum(row == r) > 1]})
+    return out
 
 
 def _completions(finish, bin_s: float, end: float) -> dict:
@@ -467,9 +585,13 @@ def service_rate(rn: Runner, prompt, output) -> dict:
             "requests_per_s": int(rn.cfg["n_instances"]) * tok / per}
 
 
-def rescale(rn: Runner, base_arr, prompt, output, pad_to: int, where: str) -> dict:
+def rescale(rn: Runner, base_arr, prompt, output, pad_to: int, where: str,
+            make=None) -> dict:
     """The gap factor s (arrival times s * a) with vllm-dp's time-mean KV demand <= 60%
     of the cluster capacity, by a geometric bisection, and the vllm-dp run there.
+    ``make(s)``, when given, builds the arrivals at s instead of ``s * base_arr`` (the
+    waves replay: the request count then follows from s; the first that many lengths
+    are used and the arrays are padded to a multiple of ``pad_to``).
 
     1. f(s) = vllm-dp's time-mean (held + queued) / (N C) over [0, last arrival].
     2. Start where the mean arrival rate is START_LOAD x a roofline compute ceiling
@@ -487,7 +609,7 @@ def rescale(rn: Runner, base_arr, prompt, output, pad_to: int, where: str) -> di
         s = float(f"{s:.6g}")
         if s in runs:
             return runs[s]["timeline"]["mean_demand_share"]
-        sc = rn.scenario(base_arr * s, prompt, output, pad_to)
+        sc = _scenario_at(rn, s, base_arr, prompt, output, pad_to, make)
         r = rn.run(sc, "vllm-dp", "vllm-dp", {}, f"{where} s={s:.4g}")
         runs[s] = r
         tm = r["timeline"]
@@ -497,7 +619,7 @@ def rescale(rn: Runner, base_arr, prompt, output, pad_to: int, where: str) -> di
                       "tpot_p50_s": r["tpot_p50_s"], "wall_s": r["wall_s"]})
         return tm["mean_demand_share"]
 
-    mu = service_rate(rn, prompt, output)
+    mu = service_rate(rn, prompt[:len(base_arr)], output[:len(base_arr)])
     lo = hi = None  # lo: f > target (too heavy); hi: f <= target
     s = float(f"{rate1 / (START_LOAD * mu['requests_per_s']):.4g}")
     start = s
@@ -534,6 +656,19 @@ def rescale(rn: Runner, base_arr, prompt, output, pad_to: int, where: str) -> di
             "peak_demand_share": chosen["peak_demand_share"],
             "bursts_throttle": bool(chosen["peak_demand_share"] > 1.0),
             "mean_rate_rps": chosen["mean_rate_rps"]}
+
+
+def _scenario_at(rn: Runner, s: float, base_arr, prompt, output, pad_to: int, make):
+    """The scenario at gap factor s: ``s * base_arr`` or, with ``make``, ``make(s)`` with
+    as many lengths and the arrays padded to a multiple of ``pad_to``."""
+    if make is None:
+        return rn.scenario(base_arr * s, prompt, output, pad_to)
+    arr = make(s)
+    n = len(arr)
+    if n > len(prompt):
+        raise RuntimeError(f"the replay at s = {s:.4g} has {n} requests, more than the "
+                           f"{len(prompt)} lengths drawn (raise waves_pool)")
+    return rn.scenario(arr, prompt[:n], output[:n], -(-n // pad_to) * pad_to)
 
 
 # --------------------------------------------------------------------------- SLOs
@@ -575,6 +710,8 @@ def workload_name(trace: str, lengths: str) -> str:
 
 
 def run_trace(rn: Runner, trace: str, lengths: str, cfg: dict) -> dict:
+    if trace in WAVES:
+        return run_waves(rn, trace, lengths, cfg)
     import numpy as np
 
     n = int(cfg["n_requests"])
@@ -613,6 +750,67 @@ def run_trace(rn: Runner, trace: str, lengths: str, cfg: dict) -> dict:
                 f"{rs['peak_demand_share']:.3f} of N*C (bursts throttle: "
                 f"{rs['bursts_throttle']})")
     sc = rn.scenario(base_arr * s, prompt, output, pad_to)
+    return _run_systems(rn, sc, cfg, base_arr * s, n, where, trace=trace,
+                        lengths_table=lengths, window=win, lengths=linfo, spike=spike,
+                        rescale=rs)
+
+
+def run_waves(rn: Runner, trace: str, lengths: str, cfg: dict) -> dict:
+    """The waves replay (module docstring): the factor s by the 60% rule with the
+    bursts in, then every system on it."""
+    import numpy as np
+
+    arr_all = trace_arrivals(trace)
+    pool = int(cfg.get("waves_pool", WAVES_POOL))
+    k = 1000 * ARRIVAL_TRACES.index(trace) + 100 * LENGTH_TABLES.index(lengths)
+    prompt, output, linfo = sample_lengths(lengths, pool, int(cfg["seed"]) + k)
+    where = workload_name(trace, lengths)
+    rn.progress(f"{where}: {WAVE_SPAN_S:.0f} s replay of {base_trace(trace)} from its "
+                f"first request, {WAVE_X:g}x bursts in "
+                + ", ".join(f"[{a:g}, {b:g}) s" for a, b in WAVE_WINDOWS_S))
+
+    def make(s):
+        return wave_arrivals(arr_all, s)
+
+    rs = rescale(rn, arr_all, prompt, output, WAVES_PAD, where, make=make)
+    s = rs["factor"]
+    arr = make(s)
+    n = len(arr)
+    sc = _scenario_at(rn, s, arr_all, prompt, output, WAVES_PAD, make)
+    wf = wave_figures(arr)
+    top = max(range(len(wf["windows"])), key=lambda i: wf["windows"][i]["rate_rps"])
+    w0 = wf["windows"][top]
+    win = {"start": 0, "t0_s": 0.0, "span_s": float(arr[-1]),
+           "burst_rate_ratio": w0["rate_rps"] / wf["mean_rate_rps"],
+           "burst_at": int(np.searchsorted(arr, w0["from_s"])),
+           "burst_requests": w0["requests"], "mean_rate_rps": wf["mean_rate_rps"],
+           "burst_rate_rps": w0["rate_rps"], "n": n, "step": None}
+    pp, oo = np.asarray(prompt[:n]), np.asarray(output[:n])
+    linfo = {**linfo, "used": n, "prompt_mean": float(pp.mean()),
+             "prompt_p50": float(np.median(pp)), "prompt_max": int(pp.max()),
+             "output_mean": float(oo.mean()), "output_p50": float(np.median(oo)),
+             "output_max": int(oo.max())}
+    rn.progress(f"{where}: time factor s = {s:.4g}: {n} requests, calm "
+                f"{wf['calm_rate_rps']:.2f} req/s, bursts "
+                + ", ".join(f"{w['over_calm']:.2f}x" for w in wf["windows"])
+                + f" the calm rate; vllm-dp mean demand {rs['mean_demand_share']:.3f}, "
+                f"peak {rs['peak_demand_share']:.3f} of N*C (bursts throttle: "
+                f"{rs['bursts_throttle']})")
+    waves = {"base_trace": base_trace(trace), **wf, "rate_x": WAVE_X,
+             "rule": (f"{base_trace(trace)} timestamps from its first request, gaps x s, "
+                      f"time-compressed {WAVE_X:g}x in replay windows "
+                      + ", ".join(f"[{a:g}, {b:g}) s" for a, b in WAVE_WINDOWS_S)
+                      + f", cut at {WAVE_SPAN_S:g} s")}
+    return _run_systems(rn, sc, cfg, arr, n, where, trace=trace, lengths_table=lengths,
+                        window=win, lengths=linfo, spike=None, waves=waves, rescale=rs)
+
+
+def _run_systems(rn: Runner, sc, cfg: dict, arr, n: int, where: str, **entry) -> dict:
+    """Every system and ablation on one scenario (vllm-dp's run comes from the rescale)
+    and the workload's entry."""
+    import numpy as np
+
+    rs = entry["rescale"]
     runs = {"vllm-dp": rs.pop("run")}
     for sy in SYSTEMS:
         if sy not in runs:
@@ -621,9 +819,8 @@ def run_trace(rn: Runner, trace: str, lengths: str, cfg: dict) -> dict:
         system, extra = ABLATIONS[ab]
         runs[ab] = rn.run(sc, ab, system, dict(extra), where)
     slo = slo_violations(runs)
-    arr = np.asarray(base_arr * s)
-    entry = {"trace": trace, "lengths_table": lengths, "window": win, "lengths": linfo,
-             "spike": spike, "rescale": rs,
+    arr = np.asarray(arr)
+    entry = {**entry,
              "arrivals": {"n": n, "span_s": float(arr[-1]),
                           "mean_rate_rps": float((n - 1) / arr[-1]),
                           "interarrival_cv": float(np.std(np.diff(arr))
@@ -711,9 +908,28 @@ def _claim_workloads(res: dict, cid: str) -> tuple[dict, str]:
     return tr, "all workloads"
 
 
+def exercised(e: dict, cid: str) -> bool:
+    """Whether a workload exercised what a claim is about: KunServe dropped at least
+    once (some group throttled; without a drop KunServe runs as vllm-dp), and for the
+    restore claims restored at least once too."""
+    m = e["runs"][KUNSERVE]["metrics"]
+    if m.get("drops", 0) < 1:
+        return False
+    return not cid.startswith("restore") or m.get("restores", 0) >= 1
+
+
+def _label(res: dict, prs: list, cid: str) -> list:
+    """Pairs on workloads that did not exercise the claim: verdict "not exercised"."""
+    for p in prs:
+        if not exercised(res["traces"][p["trace"]], cid):
+            p["verdict"] = NOT_EXERCISED
+    return prs
+
+
 def claims(res: dict) -> list[dict]:
     """One row per claim (aggregate over workloads and baselines) with its per-pair
-    values. Verdict rule in ``setup['claims_rule']``."""
+    values. Verdict rule in ``setup['claims_rule']``; pairs on workloads where KunServe
+    never dropped are "not exercised" and left out of the claim's verdict."""
     rows = []
     for cid, (kind, lo, hi, text, src, core) in CLAIMS.items():
         pairs = []
@@ -752,12 +968,14 @@ def claims(res: dict) -> list[dict]:
             continue
         vkind = "ratio" if kind == "ratio" else ("value" if kind == "value" else
                                                   "increase")
-        prs = [{"trace": t, "against": b, "sim": v,
-                "verdict": (_pair_verdict(vkind, v, lo, hi) if kind != "value" else
-                            band_verdict(None if v is None else v / lo, WITHIN))}
-               for t, b, v in pairs]
+        prs = _label(res, [{"trace": t, "against": b, "sim": v,
+                            "verdict": (_pair_verdict(vkind, v, lo, hi) if kind != "value"
+                                        else band_verdict(None if v is None else v / lo,
+                                                          WITHIN))}
+                           for t, b, v in pairs], cid)
+        used_prs = [p for p in prs if p["verdict"] != NOT_EXERCISED]
         if kind == "value":
-            vals = [p["sim"] for p in prs if p["sim"] is not None]
+            vals = [p["sim"] for p in used_prs if p["sim"] is not None]
             agg = {"sim_min": min(vals) if vals else None,
                    "sim_max": max(vals) if vals else None,
                    "within_20pct": (all(abs(x / lo - 1) <= WITHIN for x in vals)
@@ -765,7 +983,9 @@ def claims(res: dict) -> list[dict]:
             agg["verdict"] = (None if not vals else SUPPORTED if agg["within_20pct"]
                               else NOT_REPRODUCED)
         else:
-            agg = _aggregate(vkind, [p["sim"] for p in prs], lo, hi)
+            agg = _aggregate(vkind, [p["sim"] for p in used_prs], lo, hi)
+        if not used_prs:
+            agg["verdict"] = NOT_EXERCISED
         row = {"id": cid, "claim": text, "kind": kind, "core": core,
                "paper_low": lo, "paper_high": hi, "source": f"{PAPER_SRC} {src}",
                "workloads": list(tr), "workloads_rule": used, "pairs": prs, **agg}
@@ -787,7 +1007,9 @@ def claims(res: dict) -> list[dict]:
                             CONTRADICTED if p["sim"] > 0 else
                             SUPPORTED if abs(p["sim"] / paper - 1) <= WITHIN else
                             NOT_REPRODUCED)
-        vals = [p["sim"] for p in red if p["sim"] is not None]
+        _label(res, red, "bubbles_reduction")
+        used = [p for p in red if p["verdict"] != NOT_EXERCISED]
+        vals = [p["sim"] for p in used if p["sim"] is not None]
         rows.append({"id": "bubbles_reduction", "kind": "change", "core": True,
                      "claim": "lookahead cuts bubbles 21.9% -> 8.3% (-62% relative)",
                      "paper_low": paper, "paper_high": paper,
@@ -797,15 +1019,27 @@ def claims(res: dict) -> list[dict]:
                      "sim_max": max(vals) if vals else None,
                      "within_20pct": (all(abs(v / paper - 1) <= WITHIN for v in vals)
                                       if vals else None),
-                     "verdict": (None if not vals else
+                     "verdict": (NOT_EXERCISED if not used else None if not vals else
                                  SUPPORTED if all(p["verdict"] == SUPPORTED
-                                                    for p in red)
+                                                    for p in used)
                                  else CONTRADICTED if all(v > NO_EFFECT for v in vals)
                                  else NOT_REPRODUCED)})
     for r in rows:
-        r["cause"] = None if r["verdict"] in (SUPPORTED, None) else _cause(res, r)
+        r["cause"] = (None if r["verdict"] in (SUPPORTED, None) else
+                      _not_exercised_cause(res, r) if r["verdict"] == NOT_EXERCISED
+                      else _cause(res, r))
         r["note"] = _note(res, r)
     return rows
+
+
+def _not_exercised_cause(res: dict, row: dict) -> str:
+    """Why a claim has no exercised value."""
+    return ("nothing throttled KunServe's groups enough to act on: " + "; ".join(
+        f"{n}: KunServe dropped {e['runs'][KUNSERVE]['metrics'].get('drops', 0):.0f}x, "
+        f"restored {e['runs'][KUNSERVE]['metrics'].get('restores', 0):.0f}x (vllm-dp's "
+        f"demand peaks at {e['runs']['vllm-dp']['timeline']['peak_demand_share']:.2f} of"
+        " N C)" for n, e in ((w, res["traces"][w]) for w in row["workloads"]))
+            + ". The claim is about requests under throttling; these runs do not test it.")
 
 
 def _note(res: dict, row: dict) -> str | None:
@@ -844,7 +1078,33 @@ def _kun_state(name: str, e: dict) -> str:
             f"size {m.get('mean_group_size', 1):.2f}, capacity up to "
             f"{tm['peak_cap_share']:.2f} of N*C), exchanged "
             f"{m.get('exchanged_gib', 0):.1f} GiB with {m.get('exchange_stall_s', 0):.1f} "
-            "request-s of stalls")
+            "request-s of stalls" + _merges_text(tm.get("group_changes", [])))
+
+
+def _merges_text(changes: list) -> str:
+    """The first group changes of a run, in words."""
+    if not changes:
+        return "; its groups never changed"
+    shown = "; ".join(f"{c['t_s']:.1f} s: "
+                      + (", ".join("{" + ",".join(map(str, g)) + "}" for g in c["groups"])
+                         or "all singletons")
+                      for c in changes[:8])
+    return (f"; groups over time ({len(changes)}{'+' if len(changes) >= MAX_CHANGES else ''}"
+            f" changes): {shown}" + ("; ..." if len(changes) > 8 else ""))
+
+
+def _burst_text(name: str, e: dict) -> str:
+    """How bursty a workload's arrivals are: the waves replay's bursts over its calm
+    rate, or a window's densest run of arrivals over its mean rate."""
+    w = e.get("waves")
+    if w:
+        return (f"{name}'s bursts run at "
+                + ", ".join(f"{x['over_calm']:.2f}x" for x in w["windows"])
+                + f" its calm rate ({w['calm_rate_rps']:.2f} req/s) for "
+                + ", ".join(f"{x['to_s'] - x['from_s']:.0f} s" for x in w["windows"]))
+    return (f"{name}'s densest run of arrivals reaches only "
+            f"{e['window']['burst_rate_ratio']:.2f}x the mean rate over "
+            f"{e['window']['burst_requests']} arrivals")
 
 
 def _cause(res: dict, row: dict) -> str:
@@ -867,10 +1127,7 @@ def _cause(res: dict, row: dict) -> str:
                     f"{e['runs']['vllm-dp']['timeline']['throttled_time_share']:.0%} of "
                     f"the time (peak {e['runs']['vllm-dp']['timeline']['peak_demand_share']:.2f}"
                     f" of N C; {n})" for n, e in tr.items())
-                + ": the windows' densest runs of arrivals reach only "
-                + ", ".join(f"{e['window']['burst_rate_ratio']:.2f}x the mean rate over "
-                            f"{e['window']['burst_requests']} arrivals ({n})"
-                            for n, e in tr.items())
+                + ": " + ", ".join(_burst_text(n, e) for n, e in tr.items())
                 + " (BurstGPT, which the paper replays, is not available here), so the "
                 "baselines queue for seconds, not the tens of seconds behind the "
                 "paper's ratios; where nothing throttles KunServe never drops and equals "
@@ -1016,7 +1273,14 @@ def _setup(quick: bool, cfg: dict, rn: Runner) -> dict:
                      f"<= {PROMPT_CAP} tokens: the paper's ShareGPT maximum input is 4K) "
                      "or arXiv summarisation (shared/traces/arxiv-summarization-lengths."
                      "csv: the long-input stand-in for LongBench, whose mean input is "
-                     "5.9K in the paper); outputs capped at 1024 tokens"),
+                     "5.9K in the paper); outputs capped at 1024 tokens; "
+                     f"azure-conv-waves: a {WAVE_SPAN_S:g} s replay of azure-conv from "
+                     "its first request (gaps x s, the trace restarting when it runs out)"
+                     f" time-compressed {WAVE_X:g}x inside replay windows "
+                     + ", ".join(f"[{a:g}, {b:g}) s" for a, b in WAVE_WINDOWS_S)
+                     + " (a sustained burst and a second wave, paper Figs 2a and 15), "
+                     "its request count set by s, lengths the first that many of one "
+                     f"draw of {cfg.get('waves_pool', WAVES_POOL)}"),
         "window_rule": (f"among windows of {cfg['n_requests']} consecutive requests "
                         f"starting at multiples of {cfg['window_step']}, the one whose "
                         f"densest run of {cfg['burst_requests']} consecutive arrivals, "
@@ -1057,14 +1321,19 @@ def _setup(quick: bool, cfg: dict, rn: Runner) -> dict:
                         "A claim's verdict: supported when every (trace, baseline) value "
                         "is supported, contradicted when the median value is on the "
                         "wrong side, else not reproduced. Single numbers (bubbles): "
-                        "sim / paper within 20%"),
+                        "sim / paper within 20%. A value on a workload where KunServe "
+                        "never dropped (nothing throttled: it ran as vllm-dp; for the "
+                        "restore claims, also never restored) is 'not exercised' and "
+                        "left out of the claim's verdict, which is 'not exercised' when "
+                        "no value is left"),
         "mode": "exact (T = 0, deterministic)", "quick": quick,
         "configuration": cfg,
         "started": now_utc()}
 
 
 def run(quick: bool = False, out: Path | None = None, traces=None, lengths=None,
-        n_requests: int | None = None, seed: int | None = None) -> dict:
+        n_requests: int | None = None, seed: int | None = None,
+        n_instances: int | None = None) -> dict:
     """Every workload; writes the outputs at the end when ``out`` is given. ``traces``
     and / or ``lengths`` (lists) replace the configured workloads by their product (a
     missing one: all arrival traces / ShareGPT). Returns the result document
@@ -1079,11 +1348,14 @@ def run(quick: bool = False, out: Path | None = None, traces=None, lengths=None,
         cfg["n_requests"] = int(n_requests)
     if seed is not None:
         cfg["seed"] = int(seed)
+    if n_instances:
+        cfg["n_instances"] = int(n_instances)
     cfg["ablations"] = tuple(cfg["ablations"])
     rn = Runner(cfg)
     rn.progress(f"{'quick' if quick else 'full'} run: workloads "
                 f"{', '.join(workload_name(*w) for w in cfg['workloads'])}, "
-                f"{cfg['n_requests']} requests each, {cfg['n_instances']} instances")
+                f"{cfg['n_requests']} requests each (the waves replay: as many as its "
+                f"{WAVE_SPAN_S:g} s hold), {cfg['n_instances']} instances")
     res = {"setup": _setup(quick, cfg, rn), "traces": {}}
     rn.progress(f"deployment: C = "
                 f"{res['setup']['kv_capacity_tokens_per_instance']:,.0f} KV tokens per "
@@ -1281,9 +1553,8 @@ def _limits(res: dict) -> list[str]:
     from the run)."""
     out = [
         "Arrivals are Azure 2023 conversation and Mooncake conversation timestamps, not "
-        "BurstGPT's: their densest runs of arrivals in the chosen windows are "
-        + ", ".join(f"{e['window']['burst_rate_ratio']:.2f}x the window's mean rate "
-                    f"({n})" for n, e in res["traces"].items())
+        "BurstGPT's: "
+        + "; ".join(_burst_text(n, e) for n, e in res["traces"].items())
         + "; in the paper BurstGPT's bursts are what make the baselines queue (section "
         "5.2: 'the TTFT increase coincides with the increased KVCache demands').",
         "Each window is replayed once from an empty cluster; after rescaling it spans "
@@ -1430,6 +1701,9 @@ def main(argv=None) -> int:
     ap.add_argument("--requests", type=int, default=None,
                     help="requests per workload window (default: 2500 full, 60 quick)")
     ap.add_argument("--seed", type=int, default=None, help="length sampling seed")
+    ap.add_argument("--instances", type=int, default=None,
+                    help="instances in the cluster (default: 8 full, 2 quick; fewer "
+                    "for a reduced run, the rates scale with them)")
     args = parse_args(ap, argv)
     if isinstance(args, int):  # argparse: 2 on bad arguments
         return args
@@ -1455,10 +1729,12 @@ def main(argv=None) -> int:
     traces, lengths = lists["--traces"], lists["--lengths"]
     if args.requests is not None and args.requests < 20:
         return error(f"--requests must be >= 20, got {args.requests}")
+    if args.instances is not None and not 1 <= args.instances <= 16:
+        return error(f"--instances must be in 1..16, got {args.instances}")
     from tuner.workloads.presets import PRESETS, traces_dir
 
     for name in list(traces or ARRIVAL_TRACES) + list(lengths or LENGTH_TABLES):
-        f = traces_dir() / PRESETS[SPIKES.get(name, name)][0]
+        f = traces_dir() / PRESETS[base_trace(name)][0]
         if not f.is_file():
             return error(f"trace {name}: no {f.name} under {traces_dir()}")
     try:
@@ -1470,7 +1746,7 @@ def main(argv=None) -> int:
     if msg := make_out(args.out):
         return error(msg)
     res = run(quick=args.quick, out=args.out, traces=traces, lengths=lengths,
-              n_requests=args.requests, seed=args.seed)
+              n_requests=args.requests, seed=args.seed, n_instances=args.instances)
     print(render_markdown(plain(res)))
     return 0
 

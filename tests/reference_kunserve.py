@@ -42,7 +42,9 @@ should be aligned with these.
    requests of A and B (a no-op except in chained merges), ``exchanging_until = t_merge
    + x``, or for a chained merge the max of that and the exchange end of the group(s)
    made earlier in this plan. ``bytes = 0`` gives ``x = 0`` (the group is then not
-   exchanging).
+   exchanging). The plan's heap key is (size, 0 if throttled else 1, gid) with
+   "throttled" the groups found throttled in this step; a merged group is throttled
+   if either part was.
 6. ``runnable`` (7) is a predicate evaluated where it is used: 7b and 7a count the
    runnable decodes before preemption (``growth``); 7e takes the runnable requests after
    a-d, so requests admitted (7d) or swapped in (7c) in this round compute in it.
@@ -257,21 +259,23 @@ def fit_cost_model(hw: RooflineParams, k: int = 2):
 
 
 # ---- Fig. 6: the drop plan --------------------------------------------------------------
-def drop_plan(sizes: dict, eligible: set, R: float, W: float) -> list:
+def drop_plan(sizes: dict, eligible: set, R: float, W: float, throttled=()) -> list:
     """Fig. 6 (section 3 of "One step"): min-heap of the eligible groups keyed by
-    (size, gid); while at least two remain and freed < R: pop a, pop b, merge (gid =
-    min, size a + b), freed += W, push. Returns the merges [(gid_a, gid_b)], gid_a the
-    first popped."""
-    heap = [(int(sizes[g]), int(g)) for g in sorted(eligible)]
+    (size, 0 if throttled else 1, gid); while at least two remain and freed < R: pop a,
+    pop b, merge (gid = min, size a + b, throttled if either part was), freed += W,
+    push. Returns the merges [(gid_a, gid_b)], gid_a the first popped."""
+    heap = []
+    for g in sorted(eligible):
+        heap.append((int(sizes[g]), 0 if g in throttled else 1, int(g)))
     heapq.heapify(heap)
     freed = 0.0
     merges = []
     while len(heap) >= 2 and freed < R:
-        sa, ga = heapq.heappop(heap)
-        sb, gb = heapq.heappop(heap)
+        sa, ta, ga = heapq.heappop(heap)
+        sb, tb, gb = heapq.heappop(heap)
         merges.append((ga, gb))
         freed += W
-        heapq.heappush(heap, (sa + sb, min(ga, gb)))
+        heapq.heappush(heap, (sa + sb, min(ta, tb), min(ga, gb)))
     return merges
 
 
@@ -558,7 +562,7 @@ def simulate(arrival, prompt, output, cluster: Cluster, system: str, params: dic
                     need_R += held(h) + queued(h) - (1.0 - margin) * cap(h)
                 sizes = {h: len(members(h)) for h in groups()}
                 elig = {h for h in groups() if eligible_g(h)}
-                plan = drop_plan(sizes, elig, need_R, W)
+                plan = drop_plan(sizes, elig, need_R, W, set(throttled))
                 made = set()  # gids produced by this plan's merges
                 for ga, gb in plan:
                     a_sz, b_sz = len(members(ga)), len(members(gb))

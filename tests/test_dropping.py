@@ -111,6 +111,36 @@ def test_kunserve_frees_memory_and_cuts_tail_ttft_under_a_burst():
     assert k["ttft_p99_s"] < v["ttft_p99_s"], (k["ttft_p99_s"], v["ttft_p99_s"])
 
 
+def test_drop_merges_the_throttled_high_gid_instance():
+    """Six instances; five hold a 500-token request, instance 5 a 100-token one, so a
+    11,950-token request arriving at 0.5 s goes to instance 5 (least loaded) and
+    throttles it alone (the others have no queue). The plan must merge instance 5 (with
+    instance 0, the smallest gid among the other singletons: heap key (size, throttled
+    first, gid)), not instances 0 and 1, and the queued request must be admitted in the
+    enlarged group; one merge is enough (R is a few tokens, W ~ 150K)."""
+    n_inst = 6
+    arr = np.array([0.0] * 6 + [0.5])
+    prompt = np.array([500] * 5 + [100, 11950])
+    out = np.array([100] * 6 + [5])
+    opts = make_options("kunserve", block=8, record=True, n_instances=n_inst)
+    inputs = make_inputs(make_workload(arr, prompt, out, out.astype(float),
+                                       np.zeros(len(out))), _cfg(), opts, deployment=DEP)
+    params = {k: jnp.asarray(v) for k, v in
+              get_system("kunserve").default_params(512, HW).items()}
+    _, (gid, _, _, size, _, _, status, _) = _trace(inputs, params, opts, 1500)
+    gid, size, status = map(np.asarray, (gid, size, status))
+    merged = np.flatnonzero((gid != np.arange(n_inst)).any(axis=1))
+    assert merged.size, "no drop happened"
+    first = gid[merged[0]].tolist()
+    assert first == [0, 1, 2, 3, 4, 0], first  # {0, 5}; the old key gave [0, 0, 2, ...]
+    # the throttled request is admitted in the enlarged group {0, 5}
+    adm = int(np.argmax(status[:, 6] == 2))
+    assert status[adm, 6] == 2 and gid[adm].tolist() == [0, 1, 2, 3, 4, 0]
+    # no other merge in the run: instances 1-4 stay singletons throughout
+    assert np.all(gid[:, 1:5] == np.arange(1, 5)), "a cascade of merges"
+    assert np.all(status[-1][:7] == 3)
+
+
 def test_initial_groups():
     assert initial_groups(5, False).tolist() == [0, 1, 2, 3, 4]
     assert initial_groups(5, True).tolist() == [0, 0, 2, 2, 4]

@@ -11,7 +11,7 @@ import pytest
 
 FILES = ["kunserve_memory.png", "kunserve_slo.png", "kunserve_tables.json",
          "kunserve_tables.md", "kunserve_throughput.png"]
-VERDICTS = {"supported", "contradicted", "not reproduced"}
+VERDICTS = {"supported", "contradicted", "not reproduced", "not exercised"}
 CORE = {"p99_ttft", "slo_violations", "bubbles_token", "bubbles_lookahead", "p50_tpot",
         "bubbles_reduction"}
 
@@ -120,7 +120,7 @@ def test_slo(res):
 
 
 def test_claims(res):
-    from experiments.kunserve_tables import NO_EFFECT, WITHIN
+    from experiments.kunserve_tables import NO_EFFECT, WITHIN, exercised
 
     by_id = {c["id"]: c for c in res["claims"]}
     assert CORE <= set(by_id), set(by_id)
@@ -141,9 +141,15 @@ def test_claims(res):
             none = abs(v - neutral) <= NO_EFFECT
             want = ("not reproduced" if none else "contradicted" if v < neutral else
                     "supported" if inside else "not reproduced")
+            e = res["traces"][p["trace"]]
+            if not exercised(e, cid):  # KunServe never dropped there
+                assert e["runs"]["kunserve"]["metrics"]["drops"] == 0
+                want = "not exercised"
             assert p["verdict"] == want, (cid, p)
-        allsup = all(p["verdict"] == "supported" for p in c["pairs"])
+        used = [p for p in c["pairs"] if p["verdict"] != "not exercised"]
+        allsup = bool(used) and all(p["verdict"] == "supported" for p in used)
         assert (c["verdict"] == "supported") == allsup, cid
+        assert (c["verdict"] == "not exercised") == (not used), cid
     for c in res["claims"]:
         assert c["verdict"] in VERDICTS | {None}, c["id"]
         if c["verdict"] is not None and c["verdict"] != "supported":
@@ -206,3 +212,58 @@ def test_bad_args_exit_2_and_write_nothing(tmp_path, capsys):
     assert main(["--quick"]) == 2  # --out is required
     assert main(["--out", str(out), "--bogus"]) == 2
     assert not (tmp_path / "new").exists()
+
+
+def test_not_exercised_rule():
+    """A workload where KunServe never dropped labels its values "not exercised" (not
+    "not reproduced"); the restore claims also need a restore."""
+    from experiments.kunserve_tables import NOT_EXERCISED, _label, exercised
+
+    def wl(drops, restores):
+        return {"runs": {"kunserve": {"metrics": {"drops": drops, "restores": restores}}}}
+
+    res = {"traces": {"calm": wl(0, 0), "burst": wl(2, 0), "waves": wl(3, 2)}}
+    assert not exercised(res["traces"]["calm"], "p99_ttft")
+    assert exercised(res["traces"]["burst"], "p99_ttft")
+    assert not exercised(res["traces"]["burst"], "restore_p99_ttft")
+    assert exercised(res["traces"]["waves"], "restore_p99_tpot")
+    prs = [{"trace": t, "against": "vllm-dp", "sim": 1.0, "verdict": "not reproduced"}
+           for t in res["traces"]]
+    got = [p["verdict"] for p in _label(res, prs, "p99_ttft")]
+    assert got == [NOT_EXERCISED, "not reproduced", "not reproduced"]
+
+
+def test_wave_arrivals_compress_two_windows_of_a_real_trace():
+    """The waves replay: >= 600 s, two windows of >= 45 s at twice the calm rate, the
+    trace's own order and gaps (halved inside a window), restarting when it runs out."""
+    from experiments.kunserve_tables import (WAVE_SPAN_S, WAVE_WINDOWS_S, wave_arrivals,
+                                             wave_figures)
+
+    assert WAVE_SPAN_S >= 600
+    assert all(b - a >= 45 for a, b in WAVE_WINDOWS_S) and len(WAVE_WINDOWS_S) == 2
+    base = np.arange(1000.0)  # one request a second, 1000 s
+    a = wave_arrivals(base, 0.5)  # calm: two a second
+    assert np.all(np.diff(a) > 0) and a[0] == 0 and a[-1] < WAVE_SPAN_S
+    gaps = np.diff(a)
+    inside = np.zeros(a.size, bool)
+    for lo, hi in WAVE_WINDOWS_S:
+        inside |= (a >= lo) & (a < hi)
+    # gaps: 0.5 s calm, 0.25 s inside a window (a gap crossing a border in between)
+    assert np.allclose(gaps[~inside[1:] & ~inside[:-1]], 0.5)
+    assert np.allclose(gaps[inside[1:] & inside[:-1]], 0.25)
+    f = wave_figures(a)
+    assert f["calm_rate_rps"] == pytest.approx(2.0, rel=0.01)
+    for w in f["windows"]:
+        assert w["over_calm"] == pytest.approx(2.0, rel=0.02), w
+    # the 640 s replay at 2 req/s plus 2 x 60 s at 4 req/s needs 1520 requests: the
+    # 1000-request trace restarts (its period: 1000 s, one mean gap after the last)
+    assert a.size == pytest.approx(2 * (WAVE_SPAN_S + 120), abs=2)
+    # a real trace's gaps are kept in order (x s), halved inside the windows
+    rng = np.random.default_rng(0)
+    real = np.cumsum(rng.exponential(1.0, 3000))
+    r = wave_arrivals(real, 0.2)
+    calm = r[r < WAVE_WINDOWS_S[0][0]]
+    want = (real - real[0])[:calm.size] * 0.2
+    assert np.allclose(calm, want)
+    with pytest.raises(ValueError):
+        wave_arrivals(real, 0.2, windows=((100.0, 50.0),))

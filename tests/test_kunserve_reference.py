@@ -185,3 +185,20 @@ def test_rounds_equal_the_reference(case):
     if system == "kunserve":
         gids = np.stack([s["gid"] for s in snaps])
         assert (gids != np.arange(n_inst)).any(axis=1).sum() > 0  # groups formed
+
+
+def test_rounds_equal_the_reference_when_a_high_gid_group_throttles_alone():
+    """Instances 0-2 hold 600-token requests, instance 3 a 50-token one; a 3,990-token
+    request at 0.3 s goes to instance 3 and throttles it alone. Both sides merge
+    instance 3 (with 0: throttled first among equal sizes), not 0 and 1, and agree on
+    every round of the run."""
+    arr = np.array([0.0, 0.0, 0.0, 0.0, 0.3])
+    prompt = np.array([600, 600, 600, 50, 3990])
+    out = np.array([60, 60, 60, 60, 5])
+    jax_rows, snaps = _run("kunserve", arr, prompt, out, 4, 1500)
+    rounds = _compare(jax_rows, snaps, len(arr))
+    assert rounds == len(snaps)
+    merges = [m for s in snaps for m in s["merges"]]
+    assert merges and merges[0] == (3, 0), merges
+    first = next(s for s in snaps if s["merges"])
+    assert first["gid"].tolist() == [0, 1, 2, 0]

@@ -91,6 +91,30 @@ def test_drop_plan_by_hand():
     assert K.drop_plan(single8, {5, 2, 7}, 1.5 * W, W) == [(2, 5), (7, 2)]
 
 
+def test_drop_plan_throttled_first_among_equal_sizes():
+    W = 10.0
+    single8 = {i: 1 for i in range(8)}
+    # only 5 throttled: heap (1,0,5) (1,1,0) (1,1,1) ...: 5 merges with 0 (gid 0), not
+    # (0, 1) as a (size, gid) key would
+    assert K.drop_plan(single8, set(range(8)), 0.5 * W, W, {5}) == [(5, 0)]
+    # two throttled singletons merge with each other
+    assert K.drop_plan(single8, set(range(8)), 0.5 * W, W, {7, 5}) == [(5, 7)]
+    # R = 2.5 W: (5, 0) -> (2, 0, 0) pushed; singletons still come first by size:
+    # (1, 2), then (3, 4): freed 3 W >= R
+    assert K.drop_plan(single8, set(range(8)), 2.5 * W, W, {5}) == [(5, 0), (1, 2), (3, 4)]
+    # size first: the throttled pair {2, 3} waits for the singletons 4, 5 (merged into
+    # an unthrottled pair (2, 1, 4)); then heap (2,0,2) (2,1,0) (2,1,4): the throttled
+    # pair goes first and takes the smallest-gid pair of its size
+    sizes = {0: 2, 2: 2, 4: 1, 5: 1}
+    assert K.drop_plan(sizes, set(sizes), 2.0 * W, W, {2}) == [(4, 5), (2, 0)]
+    # a merged group stays throttled: {0, 1} (size 2), singletons 2 and 5 (5 throttled):
+    # (5, 2) -> pushed (2, 0, 2); it pops before (2, 1, 0): (2, 0), not (0, 2)
+    sizes = {0: 2, 2: 1, 5: 1}
+    assert K.drop_plan(sizes, set(sizes), 9 * W, W, {5}) == [(5, 2), (2, 0)]
+    # an ineligible throttled group is not in the heap
+    assert K.drop_plan(single8, {0, 1, 2}, 0.5 * W, W, {5}) == [(0, 1)]
+
+
 # ---- 7f microbatches ------------------------------------------------------------------------
 def test_token_cuts():
     assert K.token_cuts(100, 64) == [64]
@@ -326,6 +350,27 @@ def test_c2_kunserve_chained_merges_in_one_plan():
     assert s5["status"].tolist() == [2] * 8 and s5["cuts"] == []
     assert close(s5["T"], 3.998096) and close(s5["bubble"], 11.392384)
     assert snaps[-1]["status"].tolist() == [3] * 8
+
+
+def test_c3_kunserve_merges_the_throttled_high_gid_instance():
+    # N 3, C 100, W 60. r0, r1 (p50, o5) and r2 (p10, o5) at t 0 -> g0, g1, g2 (ties:
+    # smallest gid), prefilled in steps 1-3 (kv 51, 51, 11; clocks 1.25). r3 (p95, o2)
+    # at 0.1: loads 0.51, 0.51, 0.11 -> g2. Throttled: g2 only (11 + 96 > 100; g0, g1
+    # have no queue). R = 107 - 100 = 7 <= W: one merge. Heap (1,0,2) (1,1,0) (1,1,1):
+    # (2, 0) -> gid [0, 1, 0] (a (size, gid) key would merge (0, 1) and leave g2
+    # throttled). The merged group (clock 1.25, the smallest gid on the tie) runs next:
+    # r0, r2 stall for the exchange; r3 is admitted in it (62 + 96 <= 2 C + W = 260).
+    c = cluster(n_instances=3, C=100.0)
+    snaps = K.simulate([0, 0, 0, 0.1], [50, 50, 10, 95], [5, 5, 5, 2], c, "kunserve",
+                       KUN, 500)
+    assert [s["picked"] for s in snaps[:3]] == [0, 1, 2]
+    assert all(s["merges"] == [] for s in snaps[:3])
+    s4 = snaps[3]
+    assert s4["merges"] == [(2, 0)] and s4["gid"].tolist() == [0, 1, 0]
+    assert s4["picked"] == 0 and s4["inst"].tolist() == [0, 1, 2, 2]
+    assert s4["status"].tolist() == [2, 2, 2, 2] and s4["kv"][3] == 96
+    assert sum(len(s["merges"]) for s in snaps) == 1
+    assert snaps[-1]["status"].tolist() == [3] * 4
 
 
 def test_c3_kunserve_margin_triggers_early_and_can_restore_at_once():

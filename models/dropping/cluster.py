@@ -102,8 +102,9 @@ def exchange_time(tokens, links, kvb, bw, chunk_bytes, t_chunk):
 
 
 def drop(s, ld: Loads, t, p, x, hw, kvb, cfg, temp, enable=True):
-    """Step 3: throttled groups -> the Fig. 6 plan; merged groups exchange KV.
-    ``p``: params, ``x``: DropInputs. Returns (state, merges)."""
+    """Step 3: throttled groups -> the Fig. 6 plan (heap key (size, 0 if throttled
+    else 1, gid): the smallest groups, throttled ones first among equals); merged
+    groups exchange KV. ``p``: params, ``x``: DropInputs. Returns (state, merges)."""
     n = s.gid.shape[0]
     r = s.req
     rows = jnp.arange(n)
@@ -121,11 +122,14 @@ def drop(s, ld: Loads, t, p, x, hw, kvb, cfg, temp, enable=True):
                                                          cfg.token_scale), 0.0))
     freed_unit = x.weight_tokens * relax.straight_through(jnp.maximum(gate, 1e-6))
     chunk_bytes = p["chunk_mib"] * 2.0 ** 20
-    big = 4 * n * n
+    big = 4 * n * n  # above every live key: size <= n, so key <= 2 n^2 + 2 n - 1
 
     def merge(c, _):
-        gid, size, alive, iclock, capw, held, x_end, fresh, freed, nm, xt, rows_, hol = c
-        key = jnp.where(alive, size * n + rows, big)
+        gid, size, alive, hot, iclock, capw, held, x_end, fresh, freed, nm, xt, rows_, \
+            hol = c
+        # heap key (size, 0 if throttled else 1, gid): size first (Fig. 6); among equal
+        # sizes the throttled groups first (the drop happens on the throttled GPUs)
+        key = jnp.where(alive, size * (2 * n) + jnp.where(hot, 0, n) + rows, big)
         a = jnp.argmin(key)
         key2 = key.at[a].set(big)
         b = jnp.argmin(key2)
@@ -144,6 +148,8 @@ def drop(s, ld: Loads, t, p, x, hw, kvb, cfg, temp, enable=True):
         upd = lambda v, new: jnp.where(ok, v.at[hi].set(0).at[lo].set(new), v)  # noqa: E731
         capw_new = capw[a] + capw[b] + freed_unit
         return (gid, upd(size, sa + sb), jnp.where(ok, alive.at[hi].set(False), alive),
+                # the merged group holds the throttled demand of its parts
+                jnp.where(ok, hot.at[hi].set(False).at[lo].set(hot[a] | hot[b]), hot),
                 iclock, jnp.where(ok, capw.at[lo].set(capw_new), capw),
                 upd(held, held[a] + held[b]),
                 jnp.where(ok, x_end.at[lo].set(xe), x_end),
@@ -155,11 +161,11 @@ def drop(s, ld: Loads, t, p, x, hw, kvb, cfg, temp, enable=True):
                 jnp.where(ok, hol.at[hi].set(n_req).at[lo].set(jnp.minimum(hol[a], hol[b])),
                           hol)), None
 
-    c0 = (s.gid, ld.size, elig, s.iclock, s.capw, ld.held, s.x_end,
+    c0 = (s.gid, ld.size, elig, thr, s.iclock, s.capw, ld.held, s.x_end,
           jnp.zeros(n, bool), jnp.float32(0.0), jnp.int32(0), jnp.float32(0.0),
           (s.held, s.queued, s.live), s.hol)
     c, _ = jax.lax.scan(merge, c0, None, length=max(n - 1, 0))
-    gid, _, _, iclock, capw, _, x_end, fresh, _, nm, xt, (held, queued, live), hol = c
+    gid, _, _, _, iclock, capw, _, x_end, fresh, _, nm, xt, (held, queued, live), hol = c
     rg = gid[r.inst]
     hit = (r.status == 2) & fresh[rg]
     new_stall = jnp.where(hit, jnp.maximum(r.stall, x_end[rg]), r.stall)

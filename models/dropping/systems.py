@@ -32,8 +32,9 @@ def _kunserve_defaults(max_len, hw=None):
 
 KUNSERVE = register_system(SystemSpec(
     name="kunserve", family="dropping",
-    doc="KunServe: under memory throttling, merge the two smallest pipeline groups until "
-        "the dropped weight copies cover the demand (Fig. 6), exchange the ongoing "
+    doc="KunServe: under memory throttling, merge the two smallest pipeline groups "
+        "(throttled ones first among equals) until the dropped weight copies cover the "
+        "demand (Fig. 6), exchange the ongoing "
         "requests' KV in chunks behind activations, run groups as pipelines with "
         "lookahead microbatches (Fig. 11), restore the weights when load falls.",
     params=(
