@@ -21,7 +21,8 @@ should be aligned with these.
    arrival[head]``. Token counts, kept amounts, attention shares, ``g``, ``U``,
    ``U*``, ``lost``, regret and violations are float64 (kept flags are exactly 0.0 /
    1.0 except in fifo / lru, 9). The price is float32: ``M32 = f32(f32(budget) *
-   f32(C))``, ``z = f32(f32(eta) * f32(f32(K) - M32)) / M32`` (float32), ``mu = f32(mu
+   f32(C))``, ``z = f32(f32(eta) * f32(f32(D) - M32)) / M32`` (float32, ``D`` of 11),
+   ``mu = f32(mu
    * f32(exp(z)))`` (``np.exp`` of a float32 scalar), starting from ``f32(mu_0)``.
    Everywhere else ``M = float(M32)`` (the knapsack's capacity and the violations),
    also for the baselines with ``budget = params.get("budget", 0.5)``.
@@ -63,11 +64,13 @@ should be aligned with these.
    admitted candidates' ``P + gen``); ``protected + T_cum + T <= C - watermark``
    (float64; ``protected`` over the status-1 streams at the walk's start: all kept
    tokens for no-evict and h2o, kept tokens with age < W for fifo and lru (always
-   ``min(L, W)`` there), 0 for token-pd). ``admit_iter`` is the iteration of the first
+   ``min(L, W)`` there), 1 per running stream for token-pd (17); token-pd compares
+   against ``limit - watermark`` instead of ``C - watermark``). ``admit_iter`` is the iteration of the first
    admission; ``first_s`` is set only once (the first prefill).
 6. Drop rule. Right after the walk, if nothing was admitted and no slot has status 1:
    the first candidate (the first preempted stream by ``order``, else the head request
-   if it has arrived) is dropped iff its ``P + gen > C - watermark``. This also drops a
+   if it has arrived) is dropped iff its ``P + gen > C - watermark`` (token-pd:
+   ``limit - watermark``, 17). This also drops a
    preempted stream that grew past ``C - watermark`` (otherwise it would block the
    queue forever); its slot is freed. At most one drop per loop pass; that pass then
    has no work.
@@ -107,12 +110,15 @@ should be aligned with these.
    in gid order (lowest positions first within a group); ring tokens oldest (lowest
    position) first. Kept flags stay 0/1.
 11. token-pd pass. ``g`` for every token of every running stream with the iteration's
-   starting price. (a) kept & ``g < 0`` -> evicted. (b) while ``K + growth > C``, the
+   starting price. (a) kept & ``g < 0`` -> evicted. The demand ``D`` = the kept tokens
+   now plus the restore candidates of (c) (all of them, before any room is applied).
+   (b) while ``K + growth > limit`` (17), the
    kept tokens are evicted in ascending ``(g, flat unit index, position)`` (flat index
    ``slot * (G + W) + u``, ``u = gid`` for age >= W, ``G + position mod W`` for age < W).
    (c) tokens that were not kept before the pass and have ``g >= delta * mu`` (float64
    product) are restored in descending ``g`` (ties: ascending flat unit index, then
-   position) while ``K + growth <= C`` stays true (the free room after (a) and (b)).
+   position) while ``K + growth <= limit`` stays true (the free room after (a) and
+   (b)).
    ``restored`` counts them; each adds 1 prefill token and ``L`` pairs (``L`` = its
    stream's tokens at the pass). token-pd never preempts.
 12. Work. ``prefill_tokens`` = sum of the admitted ``P + gen`` + restored tokens;
@@ -126,8 +132,10 @@ should be aligned with these.
    ``sum x <= M``; ``regret += U* - U``; ``queries += decoding streams``. The budget
    violation is part of step 5, so it is accumulated in decode iterations only:
    ``violation_pos += max(K - M, 0)``, ``violation_signed += K - M`` with ``K`` the kept
-   tokens after the pass (all running streams). The price (token-pd) moves in every
-   iteration with work (prefill ones too), after the appends, with that same ``K``.
+   tokens after the pass (all running streams), and ``demand_signed += D - M`` (``D =
+   K`` for the baselines). The price (token-pd) moves in every iteration with work
+   (prefill ones too), after the appends, with ``D`` of 11 (the price rule's own
+   decisions, before the hard budget caps them).
 14. Appends and completion (step 6). Decoders append then ``gen += 1``; admitted
    streams ``gen += 1`` (first token: ``first_s = t``). Then every status-1 stream with
    ``gen >= O`` finishes in slot order (``finish_iter = it``, ``finish_s = t``, slot
@@ -144,7 +152,13 @@ should be aligned with these.
    ``mu_k`` (start ``f32(mu_0[k])``); everything in 1, 11 and 13 is done per token with
    its stream's tier's ``lam``, ``delta`` and ``mu_k`` (``thr = delta[k] * mu_k``
    float64), and the price update of 1 runs for each tier with its own ``eta[k]`` and
-   the shared ``K``. token-pd is this with one tier.
+   the shared ``D``. token-pd is this with one tier.
+17. token-pd's hard budget. ``limit = floor(min(M, C))`` (``M`` of 1, float64 min and
+   floor) for token-pd and token-pd-tiers, ``C`` for the baselines: the heap (11 b) and
+   the room (11 c) use it, so ``K + growth <= limit`` after every pass. Admission
+   (5) protects one token per status-1 stream at the walk's start (its next append),
+   so the running streams never outnumber ``limit - watermark`` and the heap can
+   always meet the limit.
 
 Result
 ------
@@ -152,7 +166,7 @@ A dict. Per request (arrays over the input rows): ``admit_iter``, ``finish_iter`
 -1 if never), ``first_s``, ``finish_s``, ``ttft_s``, ``tpot_s`` (float32, nan),
 ``dropped`` (bool). Totals: ``completed``, ``n_dropped``, ``unserved``, ``preemptions``,
 ``restored``, ``lost``, ``queries``, ``regret``, ``violation_pos``,
-``violation_signed``, ``peak_kept``, ``iterations`` (passes with work),
+``violation_signed``, ``demand_signed`` (11, 13), ``limit`` (17), ``peak_kept``, ``iterations`` (passes with work),
 ``loop_iterations``, ``clock``, ``fluid_evicted`` (fifo / lru: the kept amount evicted
 by the fluid rule, ``[first phase, second phase]``: lru's unused classes, then its used
 ones; fifo has one phase), ``mu`` (final, None unless token-pd; token-pd-tiers: a
@@ -160,7 +174,8 @@ list of the 4 tier prices, also in ``mu_trace`` and the snapshots), ``mu_trace``
 pass), ``M``, ``step_calls`` (the argument tuples passed to ``step_time``) and
 ``snapshots`` (None unless ``snapshots=True``): one dict per loop pass with ``it``,
 ``kind`` ("prefill" | "decode" | "idle"), ``clock`` (after the pass), ``mu`` (after the
-update; None unless token-pd), ``K`` (kept after step 3), ``growth``, ``lost``, ``U``,
+update; None unless token-pd), ``K`` (kept after step 3), ``D`` (11; ``K`` for the
+baselines), ``growth``, ``lost``, ``U``,
 ``U_star`` (this pass; 0 unless decode), ``restored`` (this pass), ``admitted``
 (request indices), ``streams`` (after step 3, before step 6) and ``after`` (after step
 6): ``{request: {"slot", "status" (1 running, 2 preempted), "gen", "old_n" (float [16]:
@@ -371,6 +386,9 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
     budget = float(params["budget"]) if tpd else float(params.get("budget", 0.5))
     M32 = F32(F32(budget) * F32(C))
     M = float(M32)
+    # the most tokens held after a pass (appends included): token-pd's hard budget, whole
+    # tokens (Interpretation 17), the capacity for the baselines
+    limit = float(math.floor(min(M, C))) if tpd else C
     # Token-PD's values per tier (Interpretation 16; token-pd: one tier)
     n_tiers = N_TIERS if tiers else 1
     if tpd:
@@ -410,7 +428,7 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
     finish_s = np.full(n, np.nan, dtype=np.float32)
     dropped = np.zeros(n, dtype=bool)
     preemptions = restored_total = queries = iterations = 0
-    lost_total = regret = viol_pos = viol_signed = 0.0
+    lost_total = regret = viol_pos = viol_signed = demand_signed = 0.0
     peak_kept = 0.0
     fluid_evicted = [0.0, 0.0]
     snaps: list[dict] = []
@@ -440,7 +458,7 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
         if system in ("fifo", "lru"):
             _, ring = _ages(st.L, W)
             return float(np.sum(st.kept[ring]))
-        return 0.0
+        return 1.0  # token-pd: the stream's next token (Interpretation 17)
 
     def preempt(s: int):
         nonlocal preemptions
@@ -488,7 +506,7 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
                 return False
             if admitted and not (T_cum + T <= max_prefill_f):
                 return False
-            return protected + T_cum + T <= C - wm
+            return protected + T_cum + T <= limit - wm
 
         stopped = False
         for s in waiting:
@@ -535,11 +553,11 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
                 head += 1
             if waiting:
                 st = slots[waiting[0]]
-                if int(prompt[st.req]) + st.gen > C - wm:
+                if int(prompt[st.req]) + st.gen > limit - wm:
                     dropped[st.req] = True
                     slots[waiting[0]] = None
                     remaining -= 1
-            elif head < n and arrival[head] <= t and int(prompt[head]) > C - wm:
+            elif head < n and arrival[head] <= t and int(prompt[head]) > limit - wm:
                 dropped[head] = True
                 remaining -= 1
                 head += 1
@@ -627,7 +645,12 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
                 pos = np.arange(st.L)
                 return pos, s * (G + W) + np.where(ring, G + pos % W, st.gid)
 
-            need = int(round(kept_total())) + growth - C
+            # the price rule's demand D: kept after (a) plus the restores it wants
+            demand = float(int(round(kept_total())))
+            for s in active:
+                st = slots[s]
+                demand += float(np.sum((~was[s]) & (g_of[s] >= thr[s])))
+            need = int(round(kept_total())) + growth - limit
             if need > 0:  # (b) the shared heap: ascending (g, flat unit, position)
                 for s in active:
                     st = slots[s]
@@ -646,7 +669,7 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
                     slots[int(hs[i])].kept[int(hp[i])] = 0.0
             # (c) restores: tokens evicted before this pass with g >= delta * mu, the
             # largest g first (ties: flat unit index, position), into the free room
-            room = int(math.floor(C)) - growth - int(round(kept_total()))
+            room = int(limit) - growth - int(round(kept_total()))
             cg, cf, cp, cs = [], [], [], []
             for s in active:
                 st = slots[s]
@@ -670,6 +693,8 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
         decoders = [s for s in decoders if slots[s].status == RUNNING]
         growth = len(decoders)
         K = kept_total()
+        if not tpd:
+            demand = K
         peak_kept = max(peak_kept, K + growth)
         if admitted:
             kind = "prefill"
@@ -720,6 +745,7 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
             queries += len(decoders)
             viol_pos += max(K - M, 0.0)
             viol_signed += K - M
+            demand_signed += demand - M
 
         # ---- 6. appends and completion -----------------------------------------------
         for s in decoders:
@@ -747,13 +773,13 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
         # ---- 7. price ----------------------------------------------------------------
         if tpd and work:
             for k_t in range(n_tiers):
-                z = F32(F32(eta32[k_t] * F32(F32(K) - M32)) / M32)
+                z = F32(F32(eta32[k_t] * F32(F32(demand) - M32)) / M32)
                 mu[k_t] = F32(mu[k_t] * F32(np.exp(z)))
         mu_trace.append(mu_out())
 
         if snapshots:
             snaps.append({"it": it, "kind": kind, "clock": float(t),
-                          "mu": mu_out(), "K": K,
+                          "mu": mu_out(), "K": K, "D": demand,
                           "growth": growth, "lost": lost_it, "U": U_it,
                           "U_star": Ustar_it, "restored": restored_now,
                           "admitted": admitted_reqs,
@@ -790,6 +816,8 @@ def simulate_reference(arrival, prompt, output, valid, *, system, params, n_slot
         "regret": float(regret),
         "violation_pos": float(viol_pos),
         "violation_signed": float(viol_signed),
+        "demand_signed": float(demand_signed),
+        "limit": limit,
         "peak_kept": float(peak_kept),
         "iterations": int(iterations),
         "loop_iterations": int(it),

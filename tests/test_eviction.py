@@ -64,7 +64,8 @@ def test_prompt_tables_split_old_and_ring_positions():
 
 def _small_run(system, **over):
     wl = trace_workload("azure-llm-2023-conv.csv", 0, 96, max_len=512, max_prompt=1500)
-    cfg = config(3000, n_slots=16, admit_window=8, max_len=512, max_prefill=2048.0)
+    # C = 6,000: Token-PD's hard budget at 0.3 C is M = 1,800 tokens
+    cfg = config(6000, n_slots=16, admit_window=8, max_len=512, max_prefill=2048.0)
     opts = make_options(system, block=8)
     return wl, cfg, opts, make_inputs(wl, cfg, opts)
 
@@ -94,13 +95,17 @@ def test_relaxed_gradients_of_token_pd_match_finite_differences():
     log eta and within 0.03 in log mu_0 (measured: central differences at h = 0.01 and
     0.03 are 51% and 43% off the gradient). The former check took h = 0.1 and needed a
     35% tolerance for whichever jump its step straddled. Here the slope is the
-    least-squares line through 9 points spaced 0.001 (+-0.004, no jump: the fit's
-    residuals stay at the float32 resolution of f, checked). The simulator runs in
+    least-squares line through 21 points spaced 0.002 (+-0.02). Since Token-PD's budget
+    is hard (the heap caps the kept tokens at M, docs/tokenpd-semantics.md) the price
+    moves less of the objective (d/d log eta 6x smaller than with the budget as a mere
+    price target), so the window is wider than the former +-0.004 to rise above a small
+    kink near this point (measured: over +-0.004 the residual is 3% of the span and the
+    slope 2.8% off the gradient; over +-0.02, 0.9% and 0.7%). The simulator runs in
     float32 only (its state carries int32 counters, x64 does not trace), so f has
-    ~3e-8 of rounding noise: 1e-5 / 4e-6 over the window, a slope error of 0.1% / 0.35%.
-    Measured: -0.6% (eta), +0.5% (mu_0); hence 2%."""
+    ~3e-8 of rounding noise. Budget 0.3 of C = 6,000 (M = 1,800 tokens). Measured:
+    +0.7% (eta), -0.1% (mu_0); hence 2%."""
     _, _, opts, inputs = _small_run("token-pd")
-    base = params_for("token-pd", 512, lam=0.0, budget=0.5)
+    base = params_for("token-pd", 512, lam=0.0, budget=0.3)
 
     def f(z, t):
         p = dict(base, eta=jnp.exp(z[0]), mu_0=jnp.exp(z[1]))
@@ -111,7 +116,7 @@ def test_relaxed_gradients_of_token_pd_match_finite_differences():
     fj = jax.jit(f)
     grad = np.asarray(jax.jit(jax.grad(f))(z0, 0.1))
     f0 = float(fj(z0, 0.1))
-    steps = 0.001 * np.arange(-4, 5)
+    steps = 0.002 * np.arange(-10, 11)
     for i in range(2):
         zs = np.tile(np.asarray(z0), (steps.size, 1))
         zs[:, i] += steps
@@ -123,7 +128,7 @@ def test_relaxed_gradients_of_token_pd_match_finite_differences():
         span = abs(vals[-1] - vals[0])
         # the difference is far above f's float32 resolution, and the window is smooth
         assert span > 100 * np.finfo(np.float32).eps * abs(f0), (i, span)
-        assert resid < 0.01 * span, (i, resid, span)
+        assert resid < 0.02 * span, (i, resid, span)
         assert grad[i] == pytest.approx(slope, rel=0.02), (i, grad[i], slope)
         e = np.zeros(2, np.float32)
         e[i] = 0.1  # the exact run is piecewise constant: a wide step for its sign
@@ -149,3 +154,44 @@ def test_bad_input_is_refused_with_the_field_named():
         validate_params(spec, {"mu_0": float("nan")}, 512)
     with pytest.raises(ValueError, match="'k'"):
         validate_params(get_system("h2o"), {"k": 10.5}, 512)
+
+
+@pytest.mark.parametrize("system", ["token-pd", "token-pd-tiers"])
+def test_token_pd_never_holds_more_than_its_budget(system):
+    """Token-PD's budget M is hard (docs/tokenpd-semantics.md, "Token-PD's hard
+    budget"): in every iteration the kept tokens plus the appends stay within
+    floor(min(M, C)), exactly at T = 0 and up to float32 rounding of the soft counts at
+    T > 0, across random policies and two trace slices; the budget binds (the cap is
+    reached), so the check is not vacuous."""
+    rng = np.random.default_rng(3)
+    tiers = system == "token-pd-tiers"
+    bound = 0.0
+    for start, cap in ((0, 3000), (200, 4000)):
+        wl = trace_workload("azure-llm-2023-conv.csv", start, 64, max_len=512,
+                            max_prompt=1000)
+        cfg = config(cap, n_slots=16, admit_window=8, max_len=512, max_prefill=2048.0,
+                     watermark=float(np.floor(0.01 * cap)))
+        opts = make_options(system, block=8)
+        inputs = make_inputs(wl, cfg, opts)
+        for _ in range(2):
+            size = 4 if tiers else None
+            over = {"eta": np.exp(rng.uniform(np.log(0.01), np.log(1.0), size)),
+                    "lam": rng.uniform(0.0, 1.0, size),
+                    "mu_0": np.exp(rng.uniform(np.log(1e-4), np.log(1e-2), size)),
+                    "delta": rng.uniform(0.0, 2.0, size),
+                    "budget": rng.uniform(0.35, 0.8)}
+            p = params_for(system, 512, **over)
+            limit = np.floor(np.float32(over["budget"]) * np.float32(cap))
+            for t in (0.0, 0.1):
+                st, used = simulate(inputs, HW, p, t, opts, 480)
+                used = np.asarray(used).reshape(-1)
+                tol = 0.0 if t == 0.0 else 1e-3 * limit
+                assert used.max() <= limit + tol, (start, over, t, used.max(), limit)
+                m = metrics(st, inputs, opts)
+                assert float(m["peak_kv_budget_share"]) <= limit / (
+                    over["budget"] * cap) * (1 + 1e-6) + tol / limit
+                assert float(m["peak_kv_share"]) <= float(m["peak_kv_budget_share"])
+                if t == 0.0:
+                    assert float(m["violation"]) == 0.0
+                    bound = max(bound, used.max() / limit)
+    assert bound == 1.0  # some run reached its budget exactly

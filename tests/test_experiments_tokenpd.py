@@ -11,6 +11,7 @@ import pytest
 FILES = ["tokenpd_regret.png", "tokenpd_tables.json", "tokenpd_tables.md",
          "tokenpd_tables.png"]
 VERDICTS = {"supported", "contradicted", "not reproduced"}
+UNTESTABLE, INCONSISTENT = "untestable here", "inconsistent in the paper"
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +49,7 @@ def test_rows(res):
     s = res["setup"]
     assert s["quick"] is True and s["model"] == "llama-2-7b" and s["hardware"] == "a100-80gb"
     assert "load_rule" in s and "peak_memory" in s
+    assert s["max_tokens"] == 512 and "39.0" in s["max_tokens_why"]
     assert list(res["loads"]) == [str(n) for n in QUICK["streams"]]
     ld = res["loads"]["128"]
     sat = ld["no_evict_saturation"]["requests_per_s"]
@@ -59,6 +61,9 @@ def test_rows(res):
         m = {k: v["mean"] for k, v in st.items()}
         assert m["completed"] == QUICK["n_requests"] and m["dropped"] == 0, sy
         assert m["peak_kv_share"] <= 1.0 + 1e-6, sy
+        if sy == "token-pd":  # its hard budget
+            assert m["peak_kv_budget_share"] <= 1.0 + 1e-6
+            assert m["violation"] == 0.0 and m["violation_bracket"] == 0.0
         assert m["peak_mem_gib"] == pytest.approx(m["weights_gib"] + m["peak_kv_gib"])
         assert m["e2e_p50_s"] <= m["e2e_p95_s"] and m["requests_per_s"] > 0
         assert 0.0 <= m["attention_lost"] <= 1.0
@@ -76,7 +81,13 @@ def test_behaviour(res):
     for sy in ("fifo", "h2o", "no-evict"):
         assert st[sy]["recompute_tokens"] == 0.0, sy
     assert st["token-pd"]["preemptions"] == 0.0
-    assert st["h2o"]["evicted_tokens"] > 0  # ShareGPT contexts exceed k + r = 1,056
+    # H2O evicts only from contexts above k + r = 1,056 tokens: none at the
+    # paper-matching lengths (prompt + output <= 512)
+    summ = next(iter(res["loads"]["128"]["summary"].values()))
+    if summ["share_final_context_over_1056"] > 0:
+        assert st["h2o"]["evicted_tokens"] > 0
+    else:
+        assert st["h2o"]["evicted_tokens"] == 0.0
 
 
 def test_claims(res):
@@ -93,17 +104,23 @@ def test_claims(res):
         assert c["within_20pct"] == (abs(c["sim"] / paper - 1.0) <= 0.2)
         want = ("supported" if c["within_20pct"] else
                 "contradicted" if c["sim"] * paper < 0 else "not reproduced")
+        if cid == "throughput_vs_fifo_128":  # text +13% vs Table 2 +33%
+            assert c["verdict"] == INCONSISTENT and c["sim_verdict_vs_text"] == want
+            assert c["paper_table"] == pytest.approx(451 / 338 - 1)
+            assert c["sim_verdict_vs_table"] in VERDICTS and "+33" in c["cause"]
+            continue
         assert c["verdict"] == want, cid
         assert c["verdict"] == "supported" or c["cause"], cid
     for cid in ("quality_full_cache_128", "quality_vs_fifo_128"):
-        assert by_id[cid]["verdict"] in VERDICTS and _num(by_id[cid]["sim"])
-    for c in res["claims"]:  # "equal within noise" is two-sided
+        assert by_id[cid]["verdict"] == UNTESTABLE and _num(by_id[cid]["sim"])
+        assert by_id[cid]["sim_verdict"] in VERDICTS and "Untestable" in by_id[cid]["note"]
+    for c in res["claims"]:  # "equal within noise" is two-sided (the model's reading)
         if c["kind"] == "quality" and c.get("sim_baseline") and c["sim"] is not None:
             pd, b = c["sim"], c["sim_baseline"]
             close = abs(pd - b) <= 0.2 * max(pd, b) + 1e-3
             want = ("supported" if close else "contradicted" if pd > b
                     else "not reproduced")
-            assert c["verdict"] == want, (c["id"], pd, b)
+            assert c["sim_verdict"] == want and c["verdict"] == UNTESTABLE, c["id"]
     table = [c for c in res["claims"] if c["kind"] == "absolute"]
     assert len(table) == 4 * 3
     for c in table:

@@ -337,39 +337,87 @@ def test_h2o_lowest_class_first_keeps_r_newest_and_at_most_k():
 
 
 def test_tokenpd_evict_restore_and_price():
-    # W = 2, C = 8, budget 0.5 -> M = 4, eta = 4, lam = 1, v = (.5, 1, 2, 4),
-    # mu_0 = 0.1, delta 0.5. r0 p=4 o=2, gids (3, 0, 12, 5): k = (0, 0, 3, 1),
-    # k_hat = (3, 0, 0, 1). H_hat = 8 + 1 + 1 + 2 = 12, s = (0.7/12)^2.
-    # it0 (prefill, L 4): g = p0 5.6/12 - 4s - mu = 0.353, p1 0.7/12 - 0.5s - mu =
-    #   -0.0434 < 0 -> evicted; p2 0.15 + 0.7/12 - 0.5s - mu = 0.107, p3 0.15 + 1.4/12 -
-    #   s - mu = 0.163. K = 3: mu <- 0.1 exp(4 (3 - 4) / 4) = 0.1 / e = 0.036788.
+    # W = 2, budget 0.5, eta = 4, lam = 1, v = (.5, 1, 2, 4), mu_0 = 0.1, delta 0.5.
+    # r0 p=4 o=2, gids (3, 0, 12, 5): k = (0, 0, 3, 1), k_hat = (3, 0, 0, 1).
+    # H_hat = 8 + 1 + 1 + 2 = 12, s = (0.7/12)^2.
+    # C = 8 -> M = 4 = the hard limit (floor(min(M, C))).
+    # it0 (prefill, L 4; 4 <= limit 4 - 0): g = p0 5.6/12 - 4s - mu = 0.353, p1 0.7/12 -
+    #   0.5s - mu = -0.0434 < 0 -> evicted; p2 0.15 + 0.7/12 - 0.5s - mu = 0.107, p3
+    #   0.15 + 1.4/12 - s - mu = 0.163. K = 3 = D: mu <- 0.1 exp(4 (3 - 4) / 4) = 0.1 / e
+    #   = 0.036788.
     # it1 (decode, L 4): p1's g = 0.7/12 - 0.5s - 0.036788 = 0.019845 >= delta mu =
-    #   0.018394 -> restored (1 prefill token, L = 4 pairs); K = 4 + growth 1 <= 8;
-    #   ctx 4 + 1 = 5; mu *= exp(0) (K = M).
+    #   0.018394 -> a restore candidate, D = 4; but K 3 + growth 1 = the limit 4: no
+    #   room, so p1 stays evicted (the hard budget wins); ctx 3 + 1 = 4; mu *= exp(0)
+    #   (D = M).
     tables = SimpleNamespace(**{**vars(TAB), "v": np.array([0.5, 1, 2, 4], np.float32)})
     params = {"eta": 4.0, "lam": 1.0, "mu_0": 0.1, "delta": 0.5, "budget": 0.5}
     out, timer = run("token-pd", [4], [2], capacity=8, params=params, tables=tables,
                      gids={0: [3, 0, 12, 5]})
     s0 = snap(out, 0)
-    assert s0["K"] == 3.0
+    assert s0["K"] == 3.0 and s0["D"] == 3.0 and out["limit"] == 4.0
     assert s0["streams"][0]["old_x"].tolist() == [0.0, 0.0, 0.0, 1.0] + [0.0] * 12
     f32 = np.float32
     mu1 = f32(f32(0.1) * f32(np.exp(f32(f32(f32(4.0) * f32(-1.0)) / f32(4.0)))))
     assert s0["mu"] == float(mu1)
     assert math.isclose(float(mu1), 0.1 / math.e, rel_tol=1e-6)
+    assert out["restored"] == 0
+    assert timer.calls == [(4, 0, 0.0, 16, 10.0), (0, 1, 4.0, 16, 0.0)]
+    s1 = snap(out, 1)
+    assert s1["K"] == 3.0 and s1["D"] == 4.0 and s1["restored"] == 0
+    assert s1["mu"] == float(mu1)
+    # p1's lost share at it1: A = 0.7 * h_0 / H, H = 1 + 1 + 8 + 2 = 12; U* keeps all 4
+    assert math.isclose(s1["lost"], 0.7 / 12) and math.isclose(s1["U_star"], 1.0)
+    assert out["peak_kept"] == 4.0
+    assert out["violation_pos"] == 0.0 and out["violation_signed"] == -1.0
+    assert out["demand_signed"] == 0.0
+    # C = 10 -> M = 5: it0 as above but mu <- 0.1 exp(4 (3 - 5) / 5) = 0.020190; it1:
+    #   p1's g = 0.7/12 - 0.5s - 0.020190 = 0.036442 >= 0.010095 and room 5 - 1 - 3 = 1
+    #   -> restored (1 prefill token, L = 4 pairs); K = 4, ctx 4 + 1 = 5, peak 5.
+    out, timer = run("token-pd", [4], [2], capacity=10, params=params, tables=tables,
+                     gids={0: [3, 0, 12, 5]})
+    mu1 = f32(f32(0.1) * f32(np.exp(f32(f32(f32(4.0) * f32(-2.0)) / f32(5.0)))))
+    assert snap(out, 0)["mu"] == float(mu1)
+    assert math.isclose(float(mu1), 0.1 * math.exp(-1.6), rel_tol=1e-6)
     assert out["restored"] == 1
     assert timer.calls == [(4, 0, 0.0, 16, 10.0), (1, 1, 5.0, 16, 4.0)]
     s1 = snap(out, 1)
-    assert s1["K"] == 4.0 and s1["restored"] == 1 and s1["mu"] == float(mu1)
-    assert s1["lost"] == 0.0 and math.isclose(s1["U_star"], 1.0)  # 4 tokens <= M
-    assert out["violation_pos"] == 0.0 and out["violation_signed"] == 0.0
-    # hysteresis: delta 0.6 -> threshold 0.022073 > 0.019845 -> p1 stays evicted
-    out2, timer2 = run("token-pd", [4], [2], capacity=8, tables=tables,
-                       params=dict(params, delta=0.6), gids={0: [3, 0, 12, 5]})
+    assert s1["K"] == 4.0 and s1["D"] == 4.0 and s1["lost"] == 0.0
+    assert out["peak_kept"] == 5.0 and out["violation_signed"] == -1.0
+    # hysteresis: delta 2 -> threshold 0.040380 > 0.036442 -> p1 stays evicted, D = 3
+    out2, timer2 = run("token-pd", [4], [2], capacity=10, tables=tables,
+                       params=dict(params, delta=2.0), gids={0: [3, 0, 12, 5]})
     assert out2["restored"] == 0 and timer2.calls[1] == (0, 1, 4.0, 16, 0.0)
-    # p1's lost share at it1: A = 0.7 * h_0 / H, H = 1 + 1 + 8 + 2 = 12
+    assert snap(out2, 1)["D"] == 3.0
     assert math.isclose(snap(out2, 1)["lost"], 0.7 / 12)
-    assert math.isclose(out2["violation_signed"], -1.0)  # K 3 - M 4 at it1
+    assert math.isclose(out2["violation_signed"], -2.0)  # K 3 - M 5 at it1
+    assert math.isclose(out2["demand_signed"], -2.0)
+
+
+def test_tokenpd_hard_budget_admission_heap_and_drop():
+    # W = 2, all gids 0, v = 0, lam 0, mu 0 (eta 0, mu_0 0): g >= 0 everywhere, so only
+    # the hard budget evicts. C = 20, budget 0.3 -> M = 6 = the limit (C allows 20).
+    # r0 p=5 o=4, r1 p=2 o=2, both at t 0.
+    # it0: r0 admitted (0 + 5 <= 6); r1: 5 + 2 = 7 > 6 -> stops the walk. K 5.
+    # it1: r1 meets protected 1 (r0's next token) + 2 = 3 <= 6 -> prefill of r1; K 7 >
+    #   6 -> the heap evicts 1 token. K 6.
+    # it2: r0 and r1 decode, growth 2: 6 + 2 - 6 = 2 more evicted; K + growth = 6.
+    params = {"eta": 0.0, "lam": 0.0, "mu_0": 0.0, "delta": 1.0, "budget": 0.3}
+    out, _ = run("token-pd", [5, 2], [4, 2], capacity=20, params=params,
+                 gids={0: [0] * 9, 1: [0] * 4})
+    assert out["limit"] == 6.0 and out["admit_iter"].tolist() == [0, 1]
+    assert snap(out, 0)["K"] == 5.0 and snap(out, 1)["K"] == 6.0
+    assert snap(out, 2)["K"] == 4.0 and snap(out, 2)["growth"] == 2
+    assert out["peak_kept"] == 6.0 and out["violation_pos"] == 0.0
+    assert out["completed"] == 2
+    for s in out["snapshots"]:
+        assert s["K"] + s["growth"] <= 6.0
+    # C = 5, M = 0.3 * 5 = 1.5 -> limit 1: r0's 5 tokens never fit -> dropped
+    out, _ = run("token-pd", [5], [4], capacity=5, params=params, gids={0: [0] * 9})
+    assert out["limit"] == 1.0 and out["n_dropped"] == 1 and out["completed"] == 0
+    # min(M, C): budget 1.5 (M = 30 > C = 20) -> the limit is C
+    out, _ = run("token-pd", [5], [4], capacity=20, params=dict(params, budget=1.5),
+                 gids={0: [0] * 9})
+    assert out["limit"] == 20.0 and out["completed"] == 1
 
 
 def test_tokenpd_heap_ties_by_flat_unit_index():
@@ -382,7 +430,8 @@ def test_tokenpd_heap_ties_by_flat_unit_index():
     #   -> r0's gid-1 token p1 (not p0, the older one). K 7 + 2 = 9.
     # it2 (L 5, p4 gid 0): H_hat 7: old p0, p1 0.2 - 0.01, old p2 (k_hat 0) 0.1 - 0.01,
     #   ring 0.15 + 0.1 - 0.01; K 9 + 2 - 9 = 2 -> p2 of r0 (flat 0) and of r1 (18).
-    params = {"eta": 0.0, "lam": 1.0, "mu_0": 0.01, "delta": 100.0, "budget": 0.5}
+    # budget 1 -> M = C = 9 = the hard limit (0.5 would not admit both streams).
+    params = {"eta": 0.0, "lam": 1.0, "mu_0": 0.01, "delta": 100.0, "budget": 1.0}
     g = {0: [5, 1, 0, 0], 1: [5, 1, 0, 0]}
     out, _ = run("token-pd", [4, 4], [3, 3], capacity=9, params=params, gids=g)
     s1 = snap(out, 1)["streams"]
@@ -394,27 +443,35 @@ def test_tokenpd_heap_ties_by_flat_unit_index():
     for r in (0, 1):
         assert s2["streams"][r]["old_x"][0] == 0.0 and s2["streams"][r]["old_n"][0] == 1
     assert out["restored"] == 0 and out["mu"] == float(np.float32(0.01))
-    # M = 4.5: violations at it1 and it2 (K 7 each): 2.5 + 2.5
-    assert out["violation_pos"] == 5.0 and out["violation_signed"] == 5.0
+    # M = 9: no violation at it1 and it2 (K 7 each): -2 - 2
+    assert out["violation_pos"] == 0.0 and out["violation_signed"] == -4.0
     # Ring ties go by ring entry p mod W, not age. One stream p=5 W=2 gids
     # (15, 15, 15, 0, 0): old g = 0.7*8/26 - mu = 0.2054, ring p3, p4 = 0.15 + 0.7/26 -
-    # mu = 0.1669 (tie). C = 5: it1 growth 1 -> evict 1: p4 (entry 0, the newest) before
-    # p3 (entry 1). Lost: its A = 0.15 + 0.7 / 26 (true classes = predicted here).
-    out, _ = run("token-pd", [5], [2], capacity=5, params=params,
+    # mu = 0.1669 (tie). Limit 5 (C = 10, budget 0.5): it1 growth 1 -> evict 1: p4
+    # (entry 0, the newest) before p3 (entry 1). Lost: its A = 0.15 + 0.7 / 26 (true
+    # classes = predicted here).
+    half = dict(params, budget=0.5)
+    out, _ = run("token-pd", [5], [2], capacity=10, params=half,
                  gids={0: [15, 15, 15, 0, 0]})
     s1 = snap(out, 1)
     assert s1["streams"][0]["ring"] == [(3, 0, 1.0), (4, 0, 0.0)]
     assert math.isclose(s1["lost"], 0.15 + 0.7 / 26)
-    # U* with M = 2.5 by A descending: the three class-3 tokens (0.7*8/26 = 0.2154 each)
-    # beat the ring tokens (0.1769): 2 of them + half of the third.
-    assert math.isclose(s1["U_star"], 2.5 * 5.6 / 26)
-    assert math.isclose(out["regret"], 2.5 * 5.6 / 26 - (1 - 0.15 - 0.7 / 26))
+    # U* with M = 5 keeps all five tokens: regret = the lost share
+    assert math.isclose(s1["U_star"], 1.0)
+    assert math.isclose(out["regret"], 0.15 + 0.7 / 26)
+    # The knapsack with a fractional M (no-evict, C = 7, the baselines' M = 0.5 C = 3.5)
+    # by A descending: the three class-3 tokens (0.7*8/26 = 0.2154 each) before the ring
+    # tokens (0.15 + 0.7/26 = 0.1769): all three + half of one ring token.
+    out, _ = run("no-evict", [5], [2], capacity=7, gids={0: [15, 15, 15, 0, 0]})
+    u_star = 3 * 5.6 / 26 + 0.5 * (0.15 + 0.7 / 26)
+    assert math.isclose(snap(out, 1)["U_star"], u_star)
+    assert math.isclose(out["regret"], u_star - 1.0)
     # An even L: p=6, gids (15, 15, 15, 15, 0, 0), m_3 = 16 (so that the ring is still
     # the cheapest: H_hat = 4*16 + 2 = 66, old 0.7*16/66 - mu = 0.1597, ring p4, p5
-    # 0.15 + 0.7/66 - mu = 0.1506). C = 6, it1 evicts 1: p4 (entry 0, here the older
-    # one) before p5 (entry 1; an entry taken by age, (L-1-p) mod W, would pick p5).
+    # 0.15 + 0.7/66 - mu = 0.1506). Limit 6 (C = 12), it1 evicts 1: p4 (entry 0, here the
+    # older one) before p5 (entry 1; an entry taken by age, (L-1-p) mod W, would pick p5).
     tab16 = SimpleNamespace(**{**vars(TAB), "m": np.array([1, 2, 4, 16], np.float32)})
-    out, _ = run("token-pd", [6], [2], capacity=6, params=params, tables=tab16,
+    out, _ = run("token-pd", [6], [2], capacity=12, params=half, tables=tab16,
                  gids={0: [15, 15, 15, 15, 0, 0]})
     s1 = snap(out, 1)
     assert s1["streams"][0]["ring"] == [(4, 0, 0.0), (5, 0, 1.0)]
@@ -424,12 +481,12 @@ def test_tokenpd_heap_ties_by_flat_unit_index():
 def test_tokenpd_restores_only_into_the_room_the_heap_leaves():
     # mu = 0 (mu_0 0, eta 0): delta * mu = 0 -> every evicted token with g >= 0 is a
     # restore candidate, but only into free room after the heap (Interpretation 11).
-    # W = 2, C = 5, p=5 o=3, gids (15, 15, 15, 0, 0, p5: 0).
+    # W = 2, C = 10, budget 0.5 -> limit 5, p=5 o=3, gids (15, 15, 15, 0, 0, p5: 0).
     # it1 (L 5): H_hat 26; ring p3, p4 tie at 0.15 + 0.7/26 -> p4 (entry 0) evicted.
     # it2 (L 6): K = 5 (p4 evicted), growth 1 -> the heap evicts 1: p3 (now old,
     #   0.7/27); room = 5 - 1 - 4 = 0 -> p4 (g >= 0) is not restored. ctx = 4 + 1.
     params = {"eta": 0.0, "lam": 1.0, "mu_0": 0.0, "delta": 100.0, "budget": 0.5}
-    out, timer = run("token-pd", [5], [3], capacity=5, params=params,
+    out, timer = run("token-pd", [5], [3], capacity=10, params=params,
                      gids={0: [15, 15, 15, 0, 0]})
     assert out["restored"] == 0 and snap(out, 2)["restored"] == 0
     assert timer.calls == [(5, 0, 0.0, 16, 15.0), (0, 1, 5.0, 16, 0.0),
@@ -438,8 +495,8 @@ def test_tokenpd_restores_only_into_the_room_the_heap_leaves():
     assert s2["ring"] == [(4, 0, 0.0), (5, 0, 1.0)]
     assert s2["old_x"][0] == 0.0 and s2["old_x"][15] == 3.0
     assert snap(out, 2)["K"] == 4.0
-    # one token more of capacity: no eviction at it1, nothing to restore later
-    out, timer = run("token-pd", [5], [3], capacity=7, params=params,
+    # two tokens more of budget (limit 7): no eviction at it1, nothing to restore later
+    out, timer = run("token-pd", [5], [3], capacity=14, params=params,
                      gids={0: [15, 15, 15, 0, 0]})
     assert out["restored"] == 0 and snap(out, 2)["K"] == 6.0
 
@@ -449,13 +506,14 @@ def test_admission_protected_tokens_per_system():
     # it0 prefill r0 (L 4); it1: r1 not arrived (1.5 > 1) -> r0 decodes; L 5 at it2.
     # At it2 r1 (T 4) meets protected =
     #   no-evict: all kept 5 -> 9;  h2o (k 1, r 1): kept 3 (it0 kept p2, p3; p4
-    #   appended) -> 7;  fifo / lru: ring 2 -> 6;  token-pd: 0 -> 4;
+    #   appended) -> 7;  fifo / lru: ring 2 -> 6;  token-pd: r0's next token 1 -> 5
+    #   (budget 1: its limit is C);
     # against C - watermark. Admitted at it2 when it fits, else after r0 finishes (it3)
     # at it4 (r0 decodes at it2, it3: gen 4 = o).
     params = {"no-evict": {}, "fifo": {}, "lru": {}, "h2o": {"k": 1, "r": 1},
               "token-pd": {"eta": 0.0, "lam": 0.0, "mu_0": 0.0, "delta": 1.0,
-                           "budget": 0.5}}
-    need = {"no-evict": 9, "h2o": 7, "fifo": 6, "lru": 6, "token-pd": 4}
+                           "budget": 1.0}}
+    need = {"no-evict": 9, "h2o": 7, "fifo": 6, "lru": 6, "token-pd": 5}
     for wm in (2.0, 3.5, 5.0, 6.0):
         for system, par in params.items():
             out, _ = run(system, [4, 4], [4, 2], arrival=[0.0, 1.5], capacity=10,
@@ -598,7 +656,9 @@ def test_invariants_on_a_random_workload_with_the_real_hash(system):
             assert st["old_n"].sum() + len(st["ring"]) == L
     assert queries == out["queries"]
     assert out["peak_kept"] <= C + 1e-6
-    if system in ("token-pd", "token-pd-tiers"):
+    if system in ("token-pd", "token-pd-tiers"):  # the hard budget (Interpretation 17)
+        assert out["limit"] == math.floor(M) and out["peak_kept"] <= out["limit"]
+        assert all(s["K"] + s["growth"] <= out["limit"] for s in out["snapshots"])
         mus = [np.atleast_1d(s["mu"]) for s in out["snapshots"] if s["kind"] != "idle"]
         for k in range(mus[0].size):  # every price (each tier's) moves
             assert len({float(m[k]) for m in mus}) > 3

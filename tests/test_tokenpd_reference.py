@@ -18,6 +18,8 @@ from tests.sim_fixtures import HW, config, step_time, trace_workload
 W = 16
 # system, trace, start, n, capacity, params, what the case must exercise
 CASES = [
+    # M = 1,000 tokens < the longest prompts (1,500): those are dropped (token-pd's
+    # hard budget admits a request only if it fits floor(min(M, C)) - watermark)
     ("token-pd", "azure-llm-2023-conv.csv", 0, 48, 2500,
      {"lam": 0.0, "eta": 0.05, "mu_0": 2e-3, "delta": 0.5, "budget": 0.4}, "restored"),
     ("token-pd", "mooncake-conversation.jsonl", 100, 24, 9000,
@@ -25,7 +27,7 @@ CASES = [
     # per-tier values all different (tiers by prompt length: the default tier_bounds)
     ("token-pd-tiers", "azure-llm-2023-conv.csv", 0, 48, 2500,
      {"lam": [0.0, 0.05, 0.3, 1.0], "eta": [0.05, 0.02, 0.1, 0.03],
-      "mu_0": [2e-3, 1e-3, 4e-3, 5e-4], "delta": [0.5, 1.0, 0.25, 2.0], "budget": 0.4},
+      "mu_0": [2e-3, 1e-3, 4e-3, 5e-4], "delta": [0.5, 1.0, 0.25, 2.0], "budget": 0.8},
      "tiers"),
     ("h2o", "azure-llm-2023-conv.csv", 0, 48, 2500, {"k": 64.0, "r": 8.0}, "evicted"),
     ("no-evict", "azure-llm-2023-conv.csv", 0, 48, 2500, {}, "preemptions"),
@@ -130,8 +132,17 @@ def test_histogram_state_equals_token_level_reference(case):
     assert float(acc.oracle - acc.utility) == pytest.approx(ref["regret"], rel=1e-4,
                                                               abs=1e-3)
     assert float(acc.viol_signed) == pytest.approx(ref["violation_signed"], rel=1e-4)
+    assert float(acc.demand_signed) == pytest.approx(ref["demand_signed"], rel=1e-4)
     assert float(acc.peak_kv) == pytest.approx(ref["peak_kept"], abs=FLUID_ATOL)
+    assert float(acc.peak_budget_use) == pytest.approx(ref["peak_kept"] / ref["M"],
+                                                       rel=1e-6, abs=FLUID_ATOL)
+    if system.startswith("token-pd"):  # the hard budget
+        assert ref["peak_kept"] <= ref["limit"] <= ref["M"]
     assert ref["completed"] + ref["n_dropped"] == n
+    if case is CASES[0]:  # the drop rule against the hard budget
+        assert ref["n_dropped"] > 0 and not np.any(
+            np.asarray(wl.prompt_tokens)[ref["dropped"]] <= ref["limit"]
+            - cfg.watermark_tokens)
     counts = {"restored": ref["restored"], "preemptions": ref["preemptions"],
               "evicted": ref["lost"], "heap": float(acc.evicted),
               "lru_used": ref["fluid_evicted"][1]}

@@ -74,6 +74,12 @@ class _Eviction(HeadQueueFamily):
         "violation": Metric("token-iterations", "sum of [kept - M]+ over iterations"),
         "violation_bracket": Metric("token-iterations", "[sum (kept - M)]+ (the paper's "
                                     "cumulative violation)"),
+        "demand_violation_bracket": Metric(
+            "token-iterations", "[sum (D - M)]+ with D the tokens Token-PD's price rule "
+            "keeps or restores before the hard budget caps them (the quantity of the "
+            "paper's O(sqrt T) bound; D = kept for the baselines)"),
+        "peak_kv_budget_share": Metric("share of the budget", "peak_kv_tokens / M "
+                                       "(Token-PD: <= 1, its hard budget)"),
         "peak_kv_gib": Metric("GiB", "largest KV held (kept tokens after the appends)"),
         "mean_kv_gib": Metric("GiB", "time-weighted mean KV held"),
         "e2e_p95_s": Metric("s", "95th-percentile end-to-end latency"),
@@ -141,6 +147,8 @@ class _Eviction(HeadQueueFamily):
             "regret_per_query": (acc.oracle - acc.utility) / q,
             "violation": acc.viol_pos,
             "violation_bracket": jnp.maximum(acc.viol_signed, 0.0),
+            "demand_violation_bracket": jnp.maximum(acc.demand_signed, 0.0),
+            "peak_kv_budget_share": acc.peak_budget_use,
             "peak_kv_gib": acc.peak_kv * gib,
             "mean_kv_gib": acc.kept_token_s / span * gib,
             "e2e_p95_s": hist_quantile(acc.e2e_hist, 0.95),

@@ -135,6 +135,9 @@ class EvictAcc:
     oracle: jax.Array        # [] the clairvoyant's utility
     viol_pos: jax.Array      # [] sum of max(K - M, 0)
     viol_signed: jax.Array   # [] sum of (K - M)
+    demand_signed: jax.Array  # [] sum of (D - M), D = Token-PD's price-rule demand (= K
+    #                           for the baselines)
+    peak_budget_use: jax.Array  # [] largest (kept + appends) / M
     evicted: jax.Array       # [] tokens evicted
     restored: jax.Array      # [] tokens recomputed (Token-PD restores)
     recompute_s: jax.Array   # [] iteration time spent on restores

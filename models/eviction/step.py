@@ -23,7 +23,7 @@ from models.eviction.state import (EvictAcc, EvictPolicy, EvictRecord, EvictSlot
 from models.family import IterLog
 from models.server import finish_outcomes, hist_add, nth_true
 
-__all__ = ["Returns", "budget_tokens", "returns", "step", "stream_tier"]
+__all__ = ["Returns", "budget_tokens", "kept_limit", "returns", "step", "stream_tier"]
 
 _BIG = jnp.iinfo(jnp.int32).max
 _KV_READ = 16.0  # tokens per KV read (vLLM's block)
@@ -33,6 +33,15 @@ def budget_tokens(params, cfg):
     """Token-PD's budget M in tokens (baselines are scored against half the capacity)."""
     share = params["budget"] if "budget" in params else jnp.float32(0.5)
     return share * cfg.capacity_tokens
+
+
+def kept_limit(pol: EvictPolicy, m_budget, cap):
+    """The most tokens the system may hold after its pass (appends included): Token-PD's
+    hard budget ``floor(min(M, C))`` (the paper's constraint (3); whole tokens, so the
+    exact heap takes whole tokens), the capacity ``C`` for the baselines."""
+    if pol.kind == "pd":
+        return jnp.floor(jnp.minimum(m_budget, cap))
+    return cap
 
 
 class Returns(NamedTuple):
@@ -322,6 +331,8 @@ def step(st: EvictState, inputs, hw, params, t, pol: EvictPolicy, fopts, log: bo
     n, n_s, window = wl.size, cfg.n_slots, int(fopts.window)
     f32 = jnp.float32
     cap = cfg.capacity_tokens
+    m_budget = budget_tokens(params, cfg)
+    limit = kept_limit(pol, m_budget, cap)  # token-pd: the hard budget, else C
     # 1 idle jump
     head_arr = jnp.where(st.head < n, wl.arrival_s[jnp.minimum(st.head, n - 1)], jnp.inf)
     idle = ~jnp.any(sl.status > 0)
@@ -334,8 +345,8 @@ def step(st: EvictState, inputs, hw, params, t, pol: EvictPolicy, fopts, log: bo
         protected = jnp.sum(jnp.where(run0, kept0, 0.0))
     elif pol.kind in ("fifo", "lru"):
         protected = jnp.sum(jnp.where(run0, jnp.sum(sl.ring_x, 1), 0.0))
-    else:
-        protected = f32(0.0)
+    else:  # token-pd can evict every token but each running stream's next one
+        protected = jnp.sum(run0).astype(f32)
     a_w = cfg.admit_window
     # the preempted streams in admission order (orders are distinct): the j-th is the
     # one with j earlier ones
@@ -360,11 +371,12 @@ def step(st: EvictState, inputs, hw, params, t, pol: EvictPolicy, fopts, log: bo
     n_run0 = jnp.sum(run0)
     ok = (present & (n_run0 + j + 1 <= cfg.max_batch)
           & ((j == 0) | (jnp.cumsum(c_need) <= cfg.max_prefill))
-          & (protected + jnp.cumsum(c_need) <= cap - cfg.watermark_tokens))
+          & (protected + jnp.cumsum(c_need) <= limit - cfg.watermark_tokens))
     adm = jnp.cumprod(ok.astype(jnp.int32)).astype(bool)
     n_adm = jnp.sum(adm)
     prefill_it = n_adm > 0
-    drop = (n_run0 == 0) & ~prefill_it & present[0] & (c_need[0] > cap - cfg.watermark_tokens)
+    drop = (n_run0 == 0) & ~prefill_it & present[0] & (
+        c_need[0] > limit - cfg.watermark_tokens)
     # place the admitted (new ones into free slots, preempted ones in place): each slot
     # gathers its candidate, if any
     lands = adm[None, :] & (c_slot[None, :] == jnp.arange(n_s)[:, None])    # [S, A]
@@ -398,6 +410,7 @@ def step(st: EvictState, inputs, hw, params, t, pol: EvictPolicy, fopts, log: bo
     x = ret.x
     kept_in = jnp.sum(x)
     restored_s = jnp.zeros(n_s, f32)
+    demand = None  # token-pd: the tokens its price rule keeps or restores (uncapped)
     mu = st.mu
     if pol.kind == "pd":
         # token-pd-tiers: a stream's tokens see its tier's lam, delta and price
@@ -413,13 +426,15 @@ def step(st: EvictState, inputs, hw, params, t, pol: EvictPolicy, fopts, log: bo
             return _unit_values(v, ret, by_true=False)
 
         x = jnp.where(run[:, None], x * per_unit(_soft(g, t, mu_s)), x)
-        need = jnp.maximum(jnp.sum(x) + jnp.sum(grow_s) - cap, 0.0)
-        # the shared heap: evict in increasing g, ties by flat unit index
-        x = x - _take_lowest_units(x, jnp.where(run[:, None], g, jnp.inf), ret, need)
-        # restores: evicted tokens worth delta * mu, best first, into the room left
+        # restores wanted: evicted tokens worth delta * mu
         want = jnp.where(run[:, None], (ret.n - ret.x) * per_unit(_soft(
             g - delta_s * mu_s, t, mu_s)), 0.0)
-        room = jnp.maximum(cap - jnp.sum(grow_s) - jnp.sum(x), 0.0)
+        demand = jnp.sum(x) + jnp.sum(want)
+        need = jnp.maximum(jnp.sum(x) + jnp.sum(grow_s) - limit, 0.0)
+        # the shared heap: evict in increasing g, ties by flat unit index
+        x = x - _take_lowest_units(x, jnp.where(run[:, None], g, jnp.inf), ret, need)
+        # the restores, best first, into the room the hard budget leaves
+        room = jnp.maximum(limit - jnp.sum(grow_s) - jnp.sum(x), 0.0)
         back = _take_lowest_units(want, -g, ret, room)
         x = x + back
         restored_s = jnp.sum(back, 1)
@@ -469,8 +484,9 @@ def step(st: EvictState, inputs, hw, params, t, pol: EvictPolicy, fopts, log: bo
         jnp.sum(adm_tok), dec_seqs, dec_ctx, f32(_KV_READ), f32(0.0),
         jnp.sum(adm_tok * (adm_tok + 1.0) / 2.0))), 0.0)
     clock = clock + dt
+    if demand is None:
+        demand = k_tot
     # 5 quality (decode iterations, before the appends)
-    m_budget = budget_tokens(params, cfg)
     lost = jnp.sum(jnp.where(dec[:, None], (ret.n - x) * ret.a, 0.0))
     util = jnp.sum(jnp.where(dec[:, None], x * ret.a, 0.0))
     oracle = _oracle(jax.lax.stop_gradient(ret), ex, dec, m_budget)
@@ -486,6 +502,7 @@ def step(st: EvictState, inputs, hw, params, t, pol: EvictPolicy, fopts, log: bo
         queue_s=acc.queue_s + jnp.sum(jnp.where(first_adm & ~preempt,
                                                 clock - dt - sl.arrival, 0.0)),
         peak_kv=jnp.maximum(acc.peak_kv, peak), max_use=jnp.maximum(acc.max_use, peak / cap),
+        peak_budget_use=jnp.maximum(acc.peak_budget_use, peak / m_budget),
         busy_s=acc.busy_s + dt, iters=acc.iters + busy,
         res_token_s=acc.res_token_s + peak * dt, kept_token_s=acc.kept_token_s + peak * dt,
         lost=acc.lost + lost, queries=acc.queries + dec_seqs, utility=acc.utility + util,
@@ -493,6 +510,7 @@ def step(st: EvictState, inputs, hw, params, t, pol: EvictPolicy, fopts, log: bo
         viol_pos=acc.viol_pos + jnp.where(dec_seqs > 0, jnp.maximum(k_tot - m_budget, 0.0),
                                           0.0),
         viol_signed=acc.viol_signed + jnp.where(dec_seqs > 0, k_tot - m_budget, 0.0),
+        demand_signed=acc.demand_signed + jnp.where(dec_seqs > 0, demand - m_budget, 0.0),
         evicted=acc.evicted + evicted, restored=acc.restored + jnp.sum(rest),
         recompute_s=acc.recompute_s + (dt - dt_plain))
     sl, acc, fin, rec = _complete(sl, acc, st.rec, first_adm & ~preempt, first, clock,
@@ -502,9 +520,10 @@ def step(st: EvictState, inputs, hw, params, t, pol: EvictPolicy, fopts, log: bo
     dslot = (jnp.arange(n_s) == ps[0]) & drop_pre
     sl = sl.replace(status=jnp.where(dslot, 0, sl.status), req=jnp.where(dslot, -1, sl.req))
     head = st.head + jnp.sum(adm & ~is_pre) + (drop & ~is_pre[0])
-    # 7 price (token-pd-tiers: every tier's price from the same K, elementwise)
+    # 7 price, fed by the price rule's demand D (token-pd-tiers: every tier's price from
+    # the same D, elementwise)
     if pol.kind == "pd":
-        k_fb = jax.lax.stop_gradient(k_tot) if fopts.price_grad == "stop" else k_tot
+        k_fb = jax.lax.stop_gradient(demand) if fopts.price_grad == "stop" else demand
         mu = jnp.where(busy, mu * jnp.exp(params["eta"] * (k_fb - m_budget) / m_budget), mu)
     new = EvictState(slots=sl, head=head, clock=clock, it=st.it + 1,
                      counter=st.counter + n_adm.astype(jnp.int32), mu=mu, acc=acc, rec=rec)

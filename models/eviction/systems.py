@@ -18,7 +18,8 @@ TOKEN_PD_SRC = (
     "uniform share of a full context), restore when g >= delta mu with delta = 1, "
     "M = 0.5 of the KV capacity.")
 _BUDGET = ParamSpec("budget", "interval", "share of the KV capacity",
-                    "Token-PD's memory budget M (the target of the price)", 0.05, 1.0,
+                    "Token-PD's memory budget M: a hard cap on its kept tokens "
+                    "(floor(min(M, C))) and the target of its price", 0.05, 1.0,
                     tunable=False)
 
 TOKEN_PD = register_system(SystemSpec(
@@ -26,7 +27,7 @@ TOKEN_PD = register_system(SystemSpec(
     doc="Token-PD: every cached token priced by its predicted attention return, risk and "
         "a dual memory price updated multiplicatively each step; tokens below the price "
         "are evicted (recomputed later if they become worth it), a shared heap enforces "
-        "the capacity.",
+        "the budget M as a hard cap.",
     params=(
         ParamSpec("eta", "log_positive", "1", "dual learning rate of the price"),
         ParamSpec("lam", "interval", "1/share", "risk aversion lambda", 0.0, 100.0),
@@ -59,7 +60,7 @@ TOKEN_PD_TIERS = register_system(SystemSpec(
     doc="Token-PD with its four parameters per priority tier (K = 4 tiers of streams by "
         "prompt length): each tier has its own price, updated from the shared memory "
         "signal, its own risk aversion and restore threshold; one shared heap enforces "
-        "the capacity. 16 tunable parameters.",
+        "the shared budget M as a hard cap. 16 tunable parameters.",
     params=(
         ParamSpec("eta", "log_positive", "1", "dual learning rate of each tier's price "
                   f"[{N_TIERS}]"),
