@@ -106,3 +106,26 @@ def test_paper_conditions_section(quick_run):
         # rank-calibrated u routes ~1 - tau = 20% (a 200-request slice: loose bounds)
         for v in ("predictor_rank", "predictor_calibrated"):
             assert 0.1 <= c["predictions"][v]["share_routed_u_above_tau"] <= 0.3
+
+
+def test_claims_have_verdicts(quick_run):
+    """Each paper-conditions case gives four claims with the issue's verdicts: the
+    verdict follows the simulated value (not the other way), accuracy is untestable."""
+    res = json.loads(quick_run.joinpath("odma_tables.json").read_text())
+    by = {c["id"]: c for c in res["claims"]}
+    assert len(by) == 4 * len(res["paper_conditions"]["cases"])
+    for c in res["claims"]:
+        assert c["verdict"] in ("supported", "not reproduced", "contradicted",
+                                "untestable here"), c
+        assert c["verdict"] == "supported" or c["cause"]
+        kind = c["id"].rsplit("_", 2)[-2:]
+        if kind == ["tps", "gain"]:
+            want = ("contradicted" if c["sim"] <= 0 else "supported"
+                    if abs(c["sim"] / c["paper"] - 1) <= 0.2 else "not reproduced")
+            assert c["verdict"] == want
+        elif c["id"].endswith("migration_rate"):
+            assert (c["verdict"] == "supported") == (c["sim"] < 0.005)
+        elif c["id"].endswith("accuracy"):
+            assert c["verdict"] == "untestable here"
+    md = quick_run.joinpath("odma_tables.md").read_text()
+    assert md.index("## Paper claims and verdicts") < md.index("## Paper conditions")
