@@ -20,9 +20,10 @@ What this script runs (every choice is also written into the JSON's ``setup``):
   refuses to start this model at max_model_len 262,144 (our memory profile: 238,016 KV
   tokens < 262,144); the paper does not state its setting. vLLM V0 without chunked
   prefill needs max_num_batched_tokens >= max_model_len.
-* Online workloads (Figure 9): fixed 2,048-in/2,048-out (1,000 requests), fixed
-  32,768-in/2,048-out (120) and ShareGPT lengths (1,000): each several times the requests
-  eLLM's pool holds at once, so goodput is not a first wave that fits in memory; ShareGPT lengths (shared/traces/sharegpt-8k-lengths.csv), Poisson arrivals (seed 0)
+* Online workloads (Figure 9): fixed 2,048-in/2,048-out (3,000 requests), fixed
+  32,768-in/2,048-out (300) and ShareGPT lengths (1,000): each many times the requests
+  eLLM's pool holds at once, so goodput is not a first wave that fits in memory (the
+  goodput table reports goodput / saturation throughput to show it); ShareGPT lengths (shared/traces/sharegpt-8k-lengths.csv), Poisson arrivals (seed 0)
   rescaled to each rate of a grid that spans no queueing to overload for all three
   systems; per point TTFT p50/p99, TPOT p50/p99, SLO attainment, output throughput,
   largest decode batch and eLLM's offloads; per system the goodput (highest rate with
@@ -83,19 +84,21 @@ TARGET = 0.9  # goodput: >= 90% SLO attainment (tuner.objective.capacity.TARGET)
 WITHIN = 0.20
 SHAREGPT_FILE = "sharegpt-8k-lengths.csv"
 
-# name -> trace, requests, rate grid (req/s). Each trace is several times longer than
-# the number of requests eLLM's pool holds at once (2k-2k: ~230; a 300-request trace gave
-# a goodput above the saturation throughput, the first wave fitting in memory). Grids
+# name -> trace, requests, rate grid (req/s). Each trace is many times longer than the
+# number of requests eLLM's pool holds at once (2k-2k: ~230): on a finite trace the
+# first wave fits in memory and the 10% the goodput target lets miss can queue at the
+# end, so goodput exceeds the saturation throughput; measured on 2k-2k, eLLM's goodput /
+# saturation was 1.47x at 300 requests and 1.22x at 1,000 (32k-2k was 120). Grids
 # found by trying: the lowest rate has
 # no queueing for any system (the three agree or nearly), the highest is past every
 # system's saturation (~1-2 req/s on 2k-2k, ~0.1 on 32k-2k, ~3-4 on ShareGPT); 2k-2k
 # goes on to 12 req/s so that the peaks of its TTFT ratios (the "up to" claims) lie
 # inside the grid (they fall again once every system queues)
 WORKLOADS = {
-    "2k-2k": {"trace": "fixed:2048:2048:1000", "n": 1000,
+    "2k-2k": {"trace": "fixed:2048:2048:3000", "n": 3000,
               "rates": (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 12.0),
               "label": "fixed 2,048-token prompts, 2,048-token outputs (Figure 9a-d)"},
-    "32k-2k": {"trace": "fixed:32768:2048:120", "n": 120,
+    "32k-2k": {"trace": "fixed:32768:2048:300", "n": 300,
                "rates": (0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.25, 0.5),
                "label": "fixed 32,768-token prompts, 2,048-token outputs (Figure 9e-h)"},
     "sharegpt": {"trace": "sharegpt", "n": 1000,
@@ -239,14 +242,15 @@ def _deployment(sc) -> dict:
     out = {}
     for s in SYSTEMS:
         p = Runner.params(sc, s)
-        mem = memory(sc.inputs(s).extra, sc.cfg, p, POLICIES[s])
+        extra = sc.inputs(s).extra
+        mem = memory(extra, sc.cfg, p, POLICIES[s])
         out[s] = {"pool_tokens": float(mem.pool), "kv_space_tokens": float(mem.space),
                   "theta_or_watermark_tokens": float(mem.theta),
                   "chunk_tokens": float(mem.chunk),
                   "params": {k: float(np.asarray(v)) for k, v in p.items()}}
         if s == "ellm":
             unit = sc.options(s).family.buffer_unit_mib
-            floor, _ = buffer_bounds(sc.inputs(s).extra, p, sc.cfg.kv_bytes_per_token)
+            floor, _ = buffer_bounds(extra, p, sc.cfg.kv_bytes_per_token)
             out[s].update(buffer_unit_mib=float(unit), buffer_unit_tokens=float(floor))
     out["kv_bytes_per_token"] = float(sc.cfg.kv_bytes_per_token)
     out["max_batch"] = int(sc.cfg.max_batch)
@@ -272,7 +276,8 @@ def run_workload(rn: Runner, name: str, wl: dict, goodput_systems=SYSTEMS) -> di
         entry["points"].append({"rate_rps": r, "systems": {
             sy: rn.run(s, sy, f"{name} @{r:g}") for sy in SYSTEMS}})
     for sy in goodput_systems:
-        entry["goodput"][sy] = rn.goodput(sc, sy, f"{name} goodput")
+        g = entry["goodput"][sy] = rn.goodput(sc, sy, f"{name} goodput")
+        g["goodput_over_saturation"] = goodput_over_saturation(g)
     entry["buffer_unit_sensitivity"] = _unit_sensitivity(
         rn, name, wl, entry["goodput"]["ellm"])
     entry["ttft_ratios"] = []
@@ -292,6 +297,11 @@ def run_workload(rn: Runner, name: str, wl: dict, goodput_systems=SYSTEMS) -> di
     entry["goodput_ratios"] = {f"ellm_over_{b}": ratio(g["ellm"], g[b], positive=True)
                                for b in BASELINES}
     return entry
+
+
+def goodput_over_saturation(g: dict) -> float | None:
+    """Goodput over the saturation throughput (every request at t = 0), both req/s."""
+    return ratio(g["goodput_rps"], g["saturation_rps"], positive=True)
 
 
 def _unit_sensitivity(rn: Runner, name: str, wl: dict, main: dict) -> dict:
@@ -850,16 +860,25 @@ def render_markdown(res: dict) -> str:
                          f"{m['preemptions']:.0f} | "
                          f"{m['offloads']:.0f} | {ev} |")
         L.append("")
-        L.append("| system | goodput (req/s) | bracket (req/s) | saturation (req/s) | "
-                 "runs | ellm / system |")
-        L.append("|---|---|---|---|---|---|")
+        L.append("| system | goodput (req/s) | bracket (req/s) | throughput at goodput "
+                 "(req/s) | saturation (req/s) | goodput / saturation | runs | "
+                 "ellm / system |")
+        L.append("|---|---|---|---|---|---|---|---|")
         for sy in w["goodput"]:
             g = w["goodput"][sy]
             br = g["bracket_rps"]
             rat = (w["goodput_ratios"].get(f"ellm_over_{sy}") if sy != "ellm" else 1.0)
             L.append(f"| {sy} | {g['goodput_rps']:.4g} | [{fmt(br[0], '.4g')}, "
-                     f"{fmt(br[1], '.4g')}] | {g['saturation_rps']:.4g} | {g['runs']} | "
-                     f"{fmt(rat)} |")
+                     f"{fmt(br[1], '.4g')}] | "
+                     f"{fmt(g['at_goodput'].get('requests_per_s'), '.4g')} | "
+                     f"{g['saturation_rps']:.4g} | "
+                     f"{fmt(goodput_over_saturation(g))} | {g['runs']} | {fmt(rat)} |")
+        L.append("")
+        L.append("Goodput / saturation above 1: on a finite trace the goodput target "
+                 "lets 10% of the requests miss, and they can queue after the last "
+                 "arrival, so the load at goodput can exceed what the system sustains "
+                 "with every request present at once (the saturation run); the longer "
+                 "the trace, the closer to 1.")
         L.append("")
         sens = w.get("buffer_unit_sensitivity") or {}
         if sens:

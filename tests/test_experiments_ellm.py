@@ -35,7 +35,7 @@ def test_files_exist_and_no_temporaries(quick_run):
     md = quick_run.joinpath("ellm_tables.md").read_text()
     for text in ("## Paper claims vs simulation", "## Online: 2k-2k", "## Offline: 128k/8k",
                  "gpu_memory_utilization", "max_num_batched_tokens", "295x", "140x",
-                 "2.5x", "2.26x", "3x", "2.32x"):
+                 "2.5x", "2.26x", "3x", "2.32x", "goodput / saturation"):
         assert text in md, text
 
 
@@ -60,6 +60,7 @@ def test_every_system_at_every_rate(res):
     for sy in QUICK["goodput_systems"]:
         g = w["goodput"][sy]
         assert math.isfinite(g["goodput_rps"]) and g["goodput_rps"] > 0 and g["runs"] > 1
+        assert g["goodput_over_saturation"] == g["goodput_rps"] / g["saturation_rps"]
     for sy in QUICK["offline_systems"]:
         assert _finite(res["offline"]["systems"][sy])
     # eLLM under both readings of Algorithm 2's buffer unit; the 1 GiB one is the main run

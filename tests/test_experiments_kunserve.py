@@ -214,23 +214,56 @@ def test_bad_args_exit_2_and_write_nothing(tmp_path, capsys):
     assert not (tmp_path / "new").exists()
 
 
+def _wl(drops, restores, changes=()):
+    return {"runs": {"kunserve": {"metrics": {"drops": drops, "restores": restores},
+                                  "timeline": {"group_changes": list(changes)}}}}
+
+
+# group changes as kunserve_tables records them: time and the merged groups after it
+_ONE_WAVE = [{"t_s": 50.0, "groups": [[0, 1]]}, {"t_s": 60.0, "groups": [[0, 1], [2, 3]]},
+             {"t_s": 70.0, "groups": [[0, 1, 2, 3]]}, {"t_s": 200.0, "groups": [[0, 1]]},
+             {"t_s": 210.0, "groups": []}]
+_TWO_WAVES = _ONE_WAVE + [{"t_s": 480.0, "groups": [[0, 2]]},
+                          {"t_s": 550.0, "groups": []}]
+
+
 def test_not_exercised_rule():
     """A workload where KunServe never dropped labels its values "not exercised" (not
-    "not reproduced"); the restore claims also need a restore."""
+    "not reproduced"); the restore claims also need a drop after a restore."""
     from experiments.kunserve_tables import NOT_EXERCISED, _label, exercised
 
-    def wl(drops, restores):
-        return {"runs": {"kunserve": {"metrics": {"drops": drops, "restores": restores}}}}
-
-    res = {"traces": {"calm": wl(0, 0), "burst": wl(2, 0), "waves": wl(3, 2)}}
+    res = {"traces": {"calm": _wl(0, 0), "burst": _wl(2, 0, _ONE_WAVE[:2]),
+                      "one wave": _wl(3, 2, _ONE_WAVE), "waves": _wl(4, 3, _TWO_WAVES)}}
     assert not exercised(res["traces"]["calm"], "p99_ttft")
     assert exercised(res["traces"]["burst"], "p99_ttft")
     assert not exercised(res["traces"]["burst"], "restore_p99_ttft")
+    assert exercised(res["traces"]["one wave"], "p99_ttft")
+    assert not exercised(res["traces"]["one wave"], "restore_p99_ttft")
     assert exercised(res["traces"]["waves"], "restore_p99_tpot")
     prs = [{"trace": t, "against": "vllm-dp", "sim": 1.0, "verdict": "not reproduced"}
            for t in res["traces"]]
     got = [p["verdict"] for p in _label(res, prs, "p99_ttft")]
-    assert got == [NOT_EXERCISED, "not reproduced", "not reproduced"]
+    assert got == [NOT_EXERCISED] + ["not reproduced"] * 3
+    got = [p["verdict"] for p in _label(res, prs, "restore_p99_ttft")]
+    assert got == [NOT_EXERCISED] * 3 + ["not reproduced"]
+
+
+def test_restore_claims_need_a_burst_after_a_restore():
+    """A restore is a merge count that falls, a drop one that rises (a merge of two
+    groups into one counts even when no new instance joins)."""
+    from experiments.kunserve_tables import drop_after_restore
+
+    assert not drop_after_restore([])
+    assert not drop_after_restore(_ONE_WAVE)
+    assert drop_after_restore(_TWO_WAVES)
+    # partial restore, then the remaining pair merges with a restored pair again
+    assert drop_after_restore([{"t_s": 1.0, "groups": [[0, 1], [2, 3]]},
+                               {"t_s": 2.0, "groups": [[0, 1]]},
+                               {"t_s": 3.0, "groups": [[0, 1], [2, 3]]}])
+    # two groups merging into one after a restore of a third
+    assert drop_after_restore([{"t_s": 1.0, "groups": [[0, 1], [2, 3], [4, 5]]},
+                               {"t_s": 2.0, "groups": [[0, 1], [2, 3]]},
+                               {"t_s": 3.0, "groups": [[0, 1, 2, 3]]}])
 
 
 def test_wave_arrivals_compress_two_windows_of_a_real_trace():
