@@ -1,0 +1,130 @@
+"""tuner.objective.learned (a learned per-request policy as a Problem) and
+tuner.search.descend."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+SYSTEM = "odma"
+
+
+@pytest.fixture(scope="module")
+def problems():
+    """A small ODMA scenario where memory binds (30 slots' worth of KV cut to 12k
+    tokens), its learned problem and the plain problem of ODMA's own parameters on the
+    same ladder."""
+    from models import get_system
+    from tuner.objective.learned import LearnedProblem
+    from tuner.objective.objectives import parse_objective
+    from tuner.objective.problem import Problem, plan_ladder
+    from tuner.objective.space import Space
+    from tuner.scenario import ScenarioSpec, build_scenario
+
+    sc = build_scenario(ScenarioSpec(n_requests=60, n_slots=32, max_batch=32,
+                                     capacity_tokens=12_000, seed=0))
+    params = get_system(SYSTEM).default_params(sc.cfg.max_len)
+    obj = parse_objective("goodput_expected_rps")
+    rates, n_steps, _ = plan_ladder([sc], SYSTEM, params)
+    lp = LearnedProblem([sc], SYSTEM, params, obj, n_steps, rates)
+    plain = Problem([sc], SYSTEM, Space(get_system(SYSTEM), params), obj, n_steps, rates)
+    return lp, plain, params
+
+
+def _theta(lp, scale, seed=0):
+    from tuner.search.blackbox import Flat
+
+    flat = Flat(lp.space)
+    return flat.theta(np.random.default_rng(seed).normal(0.0, scale, len(flat)))
+
+
+def test_zero_weights_are_the_default_exactly(problems):
+    lp, plain, params = problems
+    assert len(lp.space.coords()) == 217  # 3 -> 12 -> 12 -> 1
+    zero = lp.space.to_theta(lp.space.base)
+    v, m = lp.value(zero)
+    vp, mp = plain.value(plain.space.to_theta(params))
+    assert v == vp and m["log_objective"] == mp["log_objective"]
+
+
+def test_multipliers_are_bounded_and_change_the_run(problems):
+    from tuner.objective.learned import multipliers
+
+    lp, plain, _ = problems
+    wl = lp._args[1].wl
+    one = jax.tree.map(lambda x: x[0], wl)  # the CRN stack's first scenario
+    for scale in (0.5, 5.0):
+        m = np.asarray(multipliers(lp.space, _theta(lp, scale), one, 4096))
+        assert np.all(m >= 0.25 - 1e-6) and np.all(m <= 4.0 + 1e-5)
+        assert np.ptp(m) > 0  # per request, not one factor for all
+    # deflating every prediction (the last bias at -inf: m = 1/4) changes the goodput
+    zero = lp.space.to_theta(lp.space.base)
+    low = dict(zero, **{"Dense_2/bias": jnp.full((1,), -20.0)})
+    high = dict(zero, **{"Dense_2/bias": jnp.full((1,), 20.0)})
+    vals = lp.batch([zero, low, high])
+    assert len(set(np.round(vals, 6))) == 3, vals
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "measured: on this memory-bound ladder the relaxed pathwise gradient vanishes. At "
+    "the start d/d(last bias) is 1.7e-07 while central differences of the same relaxed "
+    "function (T = 0.3) give -0.94 at h = 0.01, 1.0e-04 at h = 0.001 and -0.53 at "
+    "h = 0.1: the relaxed log objective is flat with a spike (-0.452 -> -0.433 -> "
+    "-0.452 over bias -0.02..0), not smooth. ODMA's own parameters on the same ladder "
+    "show it too (tau: 2.6e-07 against 1.11). Pathwise gradients cannot steer this "
+    "policy until the relaxed objective is smooth here (issue 31)."))
+def test_relaxed_gradient_matches_finite_differences(problems):
+    """d log objective / d weight of the relaxed run at T = 0.3 against central
+    differences of the same relaxed function, on the last layer's weights (the start
+    has zero last layer, so only they have a gradient there) and, from a random
+    point, on first-layer weights."""
+    lp, _, _ = problems
+    t, h = 0.3, 1e-2
+    for theta, names in ((lp.space.to_theta(lp.space.base), ("Dense_2/bias",)),
+                         (_theta(lp, 0.5, seed=3), ("Dense_0/kernel", "Dense_2/kernel"))):
+        _, g, _ = lp.grad(theta, t)
+        coords = [(n, i) for n in names for i in range(min(3, int(np.size(theta[n]))))]
+        fd = lp.fd(theta, coords, h, t=t, log=True)
+        got = np.array([float(g[n].reshape(-1)[i]) for n, i in coords])
+        want = np.array([fd[c] for c in coords])
+        assert np.any(np.abs(want) > 1e-4), want  # not a vanishing gradient
+        np.testing.assert_allclose(got, want, rtol=0.1, atol=0.05 * np.abs(want).max())
+
+
+def test_descend_keeps_the_best_exact_policy(problems):
+    from tuner.search.descend import descend
+
+    lp, _, _ = problems
+    c0 = lp.cost
+    seen = []
+    lp.listeners.append(lambda c, th, v: seen.append(v))
+    try:
+        d = descend(lp, 4, lr=0.2, check_every=2)
+    finally:
+        lp.listeners.clear()
+    assert d.start_value == seen[0] and d.best_value == max(seen)
+    assert [r["step"] for r in d.history] == [1, 2, 3, 4]
+    assert sum("exact" in r for r in d.history) == 2
+    # four gradients and three exact evaluations charged
+    assert lp.cost - c0 == pytest.approx((4 * lp.grad_cost + 3) * lp.unit)
+    with pytest.raises(ValueError, match="t_end"):
+        descend(lp, 2, t_start=0.1, t_end=0.3)
+
+
+def test_learned_policy_needs_a_bucketed_system():
+    from tuner.objective.learned import LearnedProblem
+
+    with pytest.raises(ValueError, match="not a bucketed system"):
+        LearnedProblem([], "ellm", {}, None, 1)
+
+
+def test_learned_stakes_refuses_bad_arguments(tmp_path, capsys):
+    from experiments.learned_stakes import main
+
+    assert main(["--out", str(tmp_path / "o"), "--cases", "kv-1"]) == 2
+    assert "--cases: unknown ['kv-1']" in capsys.readouterr().err
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["--out", str(blocker / "o")]) == 2
+    assert "--out" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
