@@ -19,6 +19,8 @@ the gradient descent are measured alike:
 * the baselines ``paged``, ``static`` and ``s3`` with their defaults on the same ladder;
 * Kendall's tau of the relaxed objective at T = 0.3 and 0.1 against the exact one over
   those policies (can the surrogate rank them?);
+* at the default, the relaxed derivative of each last-layer weight against the exact
+  central difference (``tuner.search.gradcheck.classify``);
 * ``tuner.search.descend`` (Adam on the relaxed objective, exact checks) from the
   default, with its cost in exact-evaluation equivalents (a gradient charged its
   measured time over an exact evaluation's).
@@ -40,6 +42,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from experiments.bench_tuners import _time  # noqa: E402
 from experiments.results_io import pick_cases, write_result  # noqa: E402
 from experiments.stakes import (BASELINES, BEST_OVER_DEFAULT, BEST_OVER_WORST,  # noqa: E402
                                 BOX, judge)
@@ -60,14 +63,24 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _timed(fn, reps: int = 3) -> float:
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
+def gradient_checks(prob, theta, temperatures=AGREE_T, h: float = 0.1) -> dict:
+    """At ``theta``: the relaxed derivative of every last-layer weight (the only ones
+    with a derivative where the last layer is zero) against the exact CRN central
+    difference of the log objective, classified by ``tuner.search.gradcheck.classify``
+    (agree / disagree / vanishing / flat), per temperature."""
+    from tuner.search.gradcheck import CLASSES, classify
+
+    last = prob.space.names[-2:]  # the last Dense layer's bias and kernel
+    coords = [(n, i) for n, i in prob.space.coords() if n in last]
+    fd = prob.fd(theta, coords, h)
+    out = {"coords": len(coords), "h": h, "exact_fd": [fd[c] for c in coords], "by_t": {}}
+    for t in temperatures:
+        _, g, _ = prob.grad(theta, t)
+        rel = [float(np.asarray(g[n]).reshape(-1)[i]) for n, i in coords]
+        cls = [classify(r, fd[c]) for r, c in zip(rel, coords)]
+        out["by_t"][f"{t:g}"] = {"relaxed": rel,
+                                 "classes": {k: cls.count(k) for k in CLASSES}}
+    return out
 
 
 def run_case(name: str, capacity: int, n: int, seeds: int, uniform: int, normal: int,
@@ -113,9 +126,12 @@ def run_case(name: str, capacity: int, n: int, seeds: int, uniform: int, normal:
         bp = get_system(b).default_params(scs[0].cfg.max_len)
         pb = Problem(scs, b, Space(get_system(b), bp, names=()), obj, n_steps, rates)
         base[b] = pb.value({})[0]
+    checks = gradient_checks(prob, zero)
+    _log(f"{name}: gradient checks at the default " + "; ".join(
+        f"T={t}: {v['classes']}" for t, v in checks["by_t"].items()))
     unit = prob.unit
-    ratio = (_timed(lambda: prob.grad(zero, AGREE_T[1]))
-             / _timed(lambda: prob.value(zero)))
+    ratio = (_time(lambda: prob.grad(zero, AGREE_T[1]), 3)
+             / _time(lambda: prob.value(zero), 3))
     prob.grad_cost = ratio
     c0 = prob.cost
     d = descend(prob, steps)
@@ -123,7 +139,7 @@ def run_case(name: str, capacity: int, n: int, seeds: int, uniform: int, normal:
             "weights": len(flat), "horizon_steps": n_steps,
             "rungs_rps": np.asarray(rates).tolist(), "default": default,
             "random": {"uniform_box": uniform, "normal_1": normal, "values": exact},
-            "judge": j, "tau": tau, "baselines": base,
+            "judge": j, "tau": tau, "baselines": base, "gradient_checks": checks,
             "descent": {"steps": steps, "best": d.best_value, "start": d.start_value,
                         "cost_evals": (prob.cost - c0) / unit, "grad_over_exact": ratio,
                         "history": d.history},
@@ -164,8 +180,15 @@ def render(res: dict) -> str:
     for name, c in res["cases"].items():
         j = c["judge"]
         gap = max(c["baselines"].values()) / c["default"]
+        gc = c["gradient_checks"]
+        classes = "; ".join(f"T = {t}: " + ", ".join(f"{k} {n}" for k, n in
+                                                      v["classes"].items() if n)
+                            for t, v in gc["by_t"].items())
         L.append(f"- **{name}**: the best random MLP is {j['best_over_default']:.3f}x the "
-                 f"default; the best baseline {gap:.3f}x ({c['wall_s']:.0f} s).")
+                 f"default; the best baseline {gap:.3f}x. Relaxed derivatives of the "
+                 f"{gc['coords']} last-layer weights at the default against exact "
+                 f"central differences (h = {gc['h']:g}, tuner.search.gradcheck.classify): "
+                 f"{classes} ({c['wall_s']:.0f} s).")
     return "\n".join(L) + "\n"
 
 

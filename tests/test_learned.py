@@ -128,3 +128,25 @@ def test_learned_stakes_refuses_bad_arguments(tmp_path, capsys):
     assert main(["--out", str(blocker / "o")]) == 2
     assert "--out" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_learned_stakes_quick_run_writes_its_result(tmp_path):
+    import json
+
+    from experiments.learned_stakes import main
+
+    out = tmp_path / "o"
+    assert main(["--out", str(out), "--quick", "--cases", "kv-100k"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["learned_stakes.json",
+                                                     "learned_stakes.md"]
+    doc = json.loads((out / "learned_stakes.json").read_text())
+    c = doc["cases"]["kv-100k"]
+    assert doc["provenance"]["sources"]["files"]["tuner/objective/learned.py"]
+    assert c["weights"] == 217 and len(c["random"]["values"]) == 8
+    assert c["judge"]["best"] >= c["default"] and set(c["baselines"]) == {
+        "paged", "static", "s3"}
+    gc = c["gradient_checks"]
+    assert gc["coords"] == 13 and all(sum(v["classes"].values()) == 13
+                                      for v in gc["by_t"].values())
+    assert len(c["descent"]["history"]) == 2 and c["descent"]["best"] >= c["default"]
+    assert "Made by `" in (out / "learned_stakes.md").read_text()
