@@ -130,6 +130,45 @@ def test_learned_stakes_refuses_bad_arguments(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+def test_learned_stakes_writes_and_renders_what_run_case_returns(tmp_path, monkeypatch):
+    """main's glue without simulation: every case run_case returns is written (JSON with
+    provenance, markdown with its stamp) and rendered; the simulation itself is covered
+    by the tests above and by the slow quick run below."""
+    import json
+
+    import experiments.learned_stakes as ls
+
+    def fake(name, capacity, **kw):
+        hist = [{"step": 1, "temperature": 0.3, "relaxed": 1.0, "cost": 3.0}]
+        return {"capacity_tokens": capacity, "requests": kw["n"], "realisations": 1,
+                "weights": 217, "horizon_steps": 16, "rungs_rps": [1.0], "default": 2.0,
+                "random": {"uniform_box": 1, "normal_1": 1, "values": [1.0, 2.5]},
+                "judge": {"default": 2.0, "best": 2.5, "worst": 1.0,
+                          "median_random": 1.75, "best_over_worst": 2.5,
+                          "best_over_default": 1.25, "distinct_values": 3,
+                          "meets": True},
+                "tau": {"0.3": None, "0.1": 0.5},
+                "baselines": {"paged": 3.0, "static": 1.5, "s3": 2.0},
+                "gradient_checks": {"coords": 13, "h": 0.1, "exact_fd": [0.0] * 13,
+                                    "by_t": {"0.3": {"relaxed": [0.0] * 13, "classes": {
+                                        "agree": 0, "disagree": 0, "vanishing": 0,
+                                        "flat": 13}}}},
+                "descent": {"steps": 1, "best": 2.0, "start": 2.0, "cost_evals": 4.0,
+                            "grad_over_exact": 3.0, "history": hist},
+                "wall_s": 1.0}
+    monkeypatch.setattr(ls, "run_case", fake)
+    out = tmp_path / "o"
+    assert ls.main(["--out", str(out), "--cases", "kv-100k,kv-200k"]) == 0
+    doc = json.loads((out / "learned_stakes.json").read_text())
+    assert list(doc["cases"]) == ["kv-100k", "kv-200k"]
+    assert doc["cases"]["kv-200k"]["capacity_tokens"] == 200_000
+    md = (out / "learned_stakes.md").read_text()
+    assert "| kv-200k | 200,000 | 217 | 2 |" in md and "— (ties)" in md
+    assert "1.500x" in md and "T = 0.3: flat 13" in md  # paged / default, checks
+    assert md.rstrip().splitlines()[-1].startswith("Made by `")
+
+
+@pytest.mark.slow
 def test_learned_stakes_quick_run_writes_its_result(tmp_path):
     import json
 
