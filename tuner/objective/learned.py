@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from models.simulate import note_trace
-from tuner.objective.problem import Ladder, Problem, check_stackable, measure
+from tuner.objective.problem import Problem, _counted, _value_impl
 from tuner.objective.space import Space
 
 __all__ = ["FEATURES", "MLPSpace", "LearnedProblem", "multipliers"]
@@ -100,7 +100,7 @@ class MLPSpace:
 
 
 def features(wl, max_len) -> jax.Array:
-    """[N, 3] features of every request (see :data:`FEATURES`)."""
+    """[..., N, 3] features of every request (see :data:`FEATURES`)."""
     lm = jnp.log(jnp.float32(max_len))
     return jnp.stack([jnp.log(jnp.maximum(wl.prompt_tokens.astype(jnp.float32), 1.0)) / lm,
                       jnp.log(jnp.maximum(wl.pred_tokens, 1.0)) / lm,
@@ -108,40 +108,28 @@ def features(wl, max_len) -> jax.Array:
 
 
 def multipliers(space: MLPSpace, theta: dict, wl, max_len) -> jax.Array:
-    """[N] each request's multiplier ``m_i`` of its predicted length."""
+    """[..., N] each request's multiplier ``m_i`` of its predicted length."""
     return jnp.exp(MAX_LOG_MULT * jnp.tanh(space.apply(theta, features(wl, max_len))))
 
 
 def _apply_policy(space, theta, x):
+    """The inputs with each request's prediction scaled by its multiplier (elementwise
+    over requests, so a CRN stack of inputs is scaled as it is)."""
     wl = x.wl
     m = multipliers(space, theta, wl, x.cfg.max_len)
     return x.replace(wl=wl.replace(pred_tokens=wl.pred_tokens * m))
 
 
-def _learned_impl(theta, t, base, inputs, hw, lad, *, space, opts, n_steps, objective):
-    """As ``tuner.objective.problem``'s value: mean log objective over the CRN stack,
-    the policy applied to each scenario's predictions first; ``base`` holds the
-    system's (fixed) parameters."""
-    def one(x, hw_i, rates, nominal):
-        m = measure(base, _apply_policy(space, theta, x), hw_i, t, Ladder(rates, nominal),
-                    opts=opts, n_steps=n_steps, objective=objective)
-        return objective.log_value(m), objective(m), m
-
-    hw_axis = 0 if np.ndim(jax.tree.leaves(hw)[0]) else None
-    rate_axis = 0 if lad.rates.ndim == 2 else None
-    lv, v, m = jax.vmap(one, in_axes=(0, hw_axis, rate_axis, 0))(
-        inputs, hw, lad.rates, lad.nominal)
-    return jnp.mean(lv), (jnp.mean(v), jax.tree.map(jnp.mean, m))
+def _learned_impl(theta, t, base, inputs, hw, lad, *, space, plain, opts, n_steps,
+                  objective):
+    """``tuner.objective.problem``'s objective of the system's fixed parameters
+    (``plain``: a space with nothing to tune, ``base`` its parameters) on the inputs
+    with the policy applied."""
+    return _value_impl({}, t, base, _apply_policy(space, theta, inputs), hw, lad,
+                       space=plain, opts=opts, n_steps=n_steps, objective=objective)
 
 
-def _counted(where, fn):
-    def impl(theta, t, base, inputs, hw, lad, **static):
-        note_trace(where, static["opts"], theta, t, base, inputs, hw, lad)
-        return fn(theta, t, base, inputs, hw, lad, **static)
-    return impl
-
-
-_STATIC = ("space", "opts", "n_steps", "objective")
+_STATIC = ("space", "plain", "opts", "n_steps", "objective")
 _value = jax.jit(_counted("LearnedProblem.value", _learned_impl), static_argnames=_STATIC)
 _grad = jax.jit(_counted("LearnedProblem.grad",
                          jax.value_and_grad(_learned_impl, has_aux=True)),
@@ -149,12 +137,12 @@ _grad = jax.jit(_counted("LearnedProblem.grad",
 
 
 @partial(jax.jit, static_argnames=_STATIC)
-def _batch(thetas, t, base, inputs, hw, lad, *, space, opts, n_steps, objective):
+def _batch(thetas, t, base, inputs, hw, lad, *, space, plain, opts, n_steps, objective):
     note_trace("LearnedProblem.batch", opts, thetas, t, base, inputs, hw, lad)
 
     def one(th):
-        lv, (v, _) = _learned_impl(th, t, base, inputs, hw, lad, space=space, opts=opts,
-                                   n_steps=n_steps, objective=objective)
+        lv, (v, _) = _learned_impl(th, t, base, inputs, hw, lad, space=space, plain=plain,
+                                   opts=opts, n_steps=n_steps, objective=objective)
         return lv, v
 
     return jax.vmap(one)(thetas)
@@ -174,12 +162,11 @@ class LearnedProblem(Problem):
                              "(the policy scales the predictions they reserve by)")
         super().__init__(scenarios, system, Space(spec, params, names=()), objective,
                          n_steps, rates)
-        self.space = space or MLPSpace()
-        opts = check_stackable(scenarios, system, objective.needs_record)
-        base = {k: jnp.asarray(v, jnp.float32) for k, v in params.items()}
-        self._args = (base,) + self._args[1:]
-        self._static = dict(space=self.space, opts=opts, n_steps=n_steps,
-                            objective=objective)
+        # the parent's args and statics (its space's base = the fixed parameters), with
+        # the MLP as the space theta belongs to
+        self._static = dict(self._static, space=space or MLPSpace(),
+                            plain=self._static["space"])
+        self.space = self._static["space"]
 
     def grad(self, theta, t):
         self._spend(1, backward=True)
