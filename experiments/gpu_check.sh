@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 30 as one short script (under 8 minutes, 490 s of time limits, on one H100/H200):
+# The GPU checks of issue 30 as one short script (under 9 minutes: 540 s of
+# time limits, on one H100/H200):
 #   1. bench_sim on every family (one system each: paged, odma, ellm, token-pd,
 #      kunserve) at 1, 1,024 and 8,192 vmapped configs: config-iterations/s and the
 #      one-config iteration time (items 4 and 6); a sweep whose projected run is over
@@ -12,12 +13,14 @@
 # when one does not finish. Tested on CPU with QUICK=1 (small sizes).
 #
 # Usage (the device machine has the project's dependencies but no network and no
-# ../shared, so the checkout runs from PYTHONPATH and the trace travels in .gpu/):
+# ../shared, so the checkout runs from PYTHONPATH and the traces travel in .gpu/: bench_sim's
+# Azure table and the main job's ShareGPT lengths):
 #   echo /.gpu/ >>.git/info/exclude; mkdir -p .gpu/traces
-#   cp ../shared/traces/azure-llm-2023-conv.csv .gpu/traces/
+#   cp ../shared/traces/{azure-llm-2023-conv,sharegpt-8k-lengths}.csv .gpu/traces/
 #   OUT=/some/dir bash experiments/gpu_check.sh        # (device: carry .gpu)
 # SYSTEMS (comma-separated) and PROFILE_SYSTEMS (space-separated) narrow parts 1 and 2;
-# FIT_RUNS (cold warm host) and FIT_LIMIT_S (100) set part 3.
+# FIT_RUNS (cold warm host) and FIT_LIMIT_S (140) set part 3; warm runs only when cold
+# finished inside its limit (a warm run cannot finish where the cold one did not).
 # Writes $OUT/times.txt and $OUT/gpu_check.tgz (every result file: bench_sim.json/.md,
 # profile_<system>.json/.md, fit_{cold,warm}.log/.err, policy_{cold,warm}.json, env.txt,
 # gpu_check.json/.md: the parts' wall times and exit statuses, stamped).
@@ -41,28 +44,33 @@ else
   fit=()
 fi
 start=$(date +%s)
-timeout 200 python3 -m experiments.bench_sim "${bench[@]}" --max-run-s "${MAX_RUN_S:-25}" \
-  --no-memory-scaling --out "$res" || note "bench_sim: exit $? (timeout 200 s)"
+timeout 170 python3 -m experiments.bench_sim "${bench[@]}" --max-run-s "${MAX_RUN_S:-25}" \
+  --no-memory-scaling --out "$res" || note "bench_sim: exit $? (timeout 170 s)"
 note "bench_sim: $(( $(date +%s) - start )) s"
 for sys in ${PROFILE_SYSTEMS:-token-pd kunserve}; do
   start=$(date +%s)
-  timeout 50 python3 -m experiments.profile_sim --system "$sys" "${prof[@]}" --out "$res" \
-    | tail -n 25 || note "profile_sim $sys: exit $? (timeout 50 s)"
+  timeout 45 python3 -m experiments.profile_sim --system "$sys" "${prof[@]}" --out "$res" \
+    | tail -n 25 || note "profile_sim $sys: exit $? (timeout 45 s)"
   note "profile_sim $sys: $(( $(date +%s) - start )) s"
 done
 cache=$(mktemp -d)
 # FIT_RUNS: cold (empty compilation cache), warm (the cache cold filled), host (the
 # machine's CPUs, JAX_PLATFORMS=cpu, own empty cache): which main-job runs to time
 for run in ${FIT_RUNS:-cold warm}; do
+  if [ "$run" = warm ] && [ "${cold_rc:-0}" != 0 ]; then
+    note "main job (GPU, warm compilation cache): skipped (the cold run exited $cold_rc)"
+    continue
+  fi
   start=$(date +%s.%N)
   case $run in
     host) envs=(JAX_PLATFORMS=cpu KVTUNE_JAX_CACHE=$(mktemp -d)); what="host CPUs, cold cache" ;;
     *) envs=(KVTUNE_JAX_CACHE=$cache); what="GPU, $run compilation cache" ;;
   esac
-  env "${envs[@]}" timeout "${FIT_LIMIT_S:-100}" python3 -m tuner.fit --export-anyway \
+  env "${envs[@]}" timeout "${FIT_LIMIT_S:-140}" python3 -m tuner.fit --export-anyway \
     --out "$res/policy_$run.json" --log "$res/fit_$run.log" "${fit[@]}" \
     >/dev/null 2>"$res/fit_$run.err"
   rc=$?
+  [ "$run" = cold ] && cold_rc=$rc
   rm -f "$res/policy_$run.dataset.jsonl"  # the replay dataset: not needed, large
   secs=$(python3 -c "print(round($(date +%s.%N) - $start, 1))")
   note "main job ($what): exit $rc, $secs s whole process"

@@ -23,12 +23,18 @@ LINE = re.compile(r"^(?P<part>[^:]+): (?:exit (?P<rc>\d+)(?: \([^)]*\))?, )?"
 
 def parse_times(text: str) -> list[dict]:
     """Each ``part: [exit N, ]S s ...`` line as {part, exit, seconds}; a part's
-    ``exit N (timeout ...)`` line without seconds sets its exit status."""
+    ``exit N (timeout ...)`` line without seconds sets its exit status; a ``part: skipped
+    (why)`` line is a row with ``skipped`` and no exit or seconds."""
     rows, rcs = [], {}
     for line in text.splitlines():
         m = re.match(r"^(?P<part>[^:]+): exit (?P<rc>\d+) \(timeout", line)
         if m:
             rcs[m["part"]] = int(m["rc"])
+            continue
+        m = re.match(r"^(?P<part>[^:]+): skipped \((?P<why>[^)]*)\)", line)
+        if m:  # a part the script chose not to run
+            rows.append({"part": m["part"], "exit": None, "seconds": None,
+                         "skipped": m["why"]})
             continue
         m = LINE.match(line)
         if m:
@@ -55,15 +61,20 @@ def main(argv=None) -> dict:
     doc = stamped({"device": env, "parts": rows})
     md = "\n".join(["# gpu_check", "", *[f"- {e}" for e in env], "",
                     "| part | exit | wall s |", "|---|---:|---:|",
-                    *[f"| {r['part']} | {r['exit']}"
-                      f"{' (time limit)' if r['exit'] == 124 else ''} | "
-                      f"{r['seconds']:.1f} |" for r in rows]]) + "\n"
+                    *[_row(r) for r in rows]]) + "\n"
     write_json_atomic(os.path.join(args.out, "gpu_check.json"), plain(doc),
                       sort_keys=False)
     write_text_atomic(os.path.join(args.out, "gpu_check.md"),
                       stamp_markdown(md, doc["provenance"]))
     print(md)
     return doc
+
+
+def _row(r: dict) -> str:
+    if r.get("skipped"):
+        return f"| {r['part']} | skipped: {r['skipped']} | |"
+    limit = " (time limit)" if r["exit"] == 124 else ""
+    return f"| {r['part']} | {r['exit']}{limit} | {r['seconds']:.1f} |"
 
 
 if __name__ == "__main__":

@@ -56,6 +56,18 @@ def test_parse_times_reads_exit_and_seconds():
         {"part": "main job (cold compilation cache)", "exit": 124, "seconds": 100.3}]
 
 
+def test_parse_times_keeps_skipped_parts():
+    text = ("main job (GPU, cold compilation cache): exit 124, 150.2 s whole process\n"
+            "main job (GPU, warm compilation cache): skipped (the cold run exited 124)\n")
+    rows = gpu_summary.parse_times(text)
+    assert rows[1] == {"part": "main job (GPU, warm compilation cache)", "exit": None,
+                       "seconds": None, "skipped": "the cold run exited 124"}
+    assert gpu_summary._row(rows[1]).startswith("| main job (GPU, warm compilation "
+                                                "cache) | skipped: the cold run")
+    assert gpu_summary._row(rows[0]) == ("| main job (GPU, cold compilation cache) | "
+                                         "124 (time limit) | 150.2 |")
+
+
 def test_bad_arguments_one_line_no_traceback(tmp_path):
     for mod, args in (("experiments.profile_sim", ["--system", "nope", "--out", str(tmp_path)]),
                       ("experiments.profile_sim", ["--configs", "0", "--out", str(tmp_path)]),
