@@ -1,0 +1,59 @@
+"""The fit's slot-table cut (``tuner.search.fitting.fit_slots``): a training window's
+table is cut to the requests it holds, and the training problem is the same problem
+(exact value bit for bit, relaxed gradient to float rounding) on fewer slots."""
+
+import numpy as np
+import pytest
+
+from tuner.scenario import ScenarioSpec, build_scenario
+from tuner.search import fitting
+from tuner.search.fitting import FitSettings, build_problem, fit_slots
+
+# 40 requests at twice the trace's rate on a table of 64: the cut keeps 48 slots
+SPEC = ScenarioSpec(n_requests=40, n_slots=64, max_batch=64, rate=8.0)
+SETTINGS = FitSettings(system="odma", objective="tps_mig", budget=1)
+
+
+def test_the_table_is_cut_to_the_requests_rounded_up_to_16():
+    sc = build_scenario(SPEC)
+    (cut,) = fit_slots([sc])
+    assert cut.cfg.n_slots == 48 and sc.cfg.n_slots == 64
+    assert cut.cfg.replace(n_slots=64) == sc.cfg  # nothing else changes
+    big = build_scenario(SPEC.replace(n_requests=70))
+    assert fit_slots([big])[0] is big  # 70 requests need 80 slots: no cut
+    # several windows: the largest decides, and every window gets the same table
+    assert {s.cfg.n_slots for s in fit_slots([sc, build_scenario(
+        SPEC.replace(n_requests=20))])} == {48}
+
+
+@pytest.fixture(scope="module")
+def problems():
+    """The training problem with the cut and without it."""
+    prob, _ = build_problem(SPEC, SETTINGS)
+    keep = fitting.fit_slots
+    fitting.fit_slots = lambda scs: scs
+    try:
+        full, _ = build_problem(SPEC, SETTINGS)
+    finally:
+        fitting.fit_slots = keep
+    assert prob.n_slots < full.n_slots == 64
+    return prob, full, prob.space.to_theta(prob.space.base)
+
+
+def test_the_cut_problem_has_the_same_exact_value(problems):
+    prob, full, theta = problems
+    (v, m), (vf, mf) = prob.value(theta), full.value(theta)
+    assert v == vf and m["tps"] == mf["tps"]
+    assert m["completed"] == mf["completed"] > 0
+
+
+@pytest.mark.slow  # 30 s of compiles; the exact check above runs by default
+def test_the_cut_problem_has_the_same_relaxed_gradient(problems):
+    prob, full, theta = problems
+    gv, g, _ = prob.grad(theta, 0.3)
+    gvf, gf, _ = full.grad(theta, 0.3)
+    np.testing.assert_allclose(gv, gvf, rtol=1e-5)
+    assert any(np.any(np.asarray(x) != 0) for x in g.values())  # not a vanishing pair
+    for k in g:
+        np.testing.assert_allclose(np.asarray(g[k]), np.asarray(gf[k]), rtol=1e-4,
+                                   atol=1e-7, err_msg=k)
