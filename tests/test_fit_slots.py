@@ -1,13 +1,15 @@
-"""The fit's slot-table cut (``tuner.search.fitting.fit_slots``): a training window's
-table is cut to the requests it holds, and the training problem is the same problem
-(exact value bit for bit, relaxed gradient to float rounding) on fewer slots."""
+"""The slot-table cut (``tuner.objective.validation.fit_slots``): a training or held-out
+window's table is cut to the requests it holds, and the training problem is the same
+problem (exact value bit for bit, relaxed gradient to float rounding) on fewer slots;
+held-out windows run apart from the whole slice only where the cut applies."""
 
 import numpy as np
 import pytest
 
 from tuner.scenario import ScenarioSpec, build_scenario
 from tuner.search import fitting
-from tuner.search.fitting import FitSettings, build_problem, fit_slots
+from tuner.objective.validation import fit_slots, held_out_windows
+from tuner.search.fitting import FitSettings, build_problem
 
 # 40 requests at twice the trace's rate on a table of 64: the cut keeps 48 slots
 SPEC = ScenarioSpec(n_requests=40, n_slots=64, max_batch=64, rate=8.0)
@@ -57,3 +59,16 @@ def test_the_cut_problem_has_the_same_relaxed_gradient(problems):
     for k in g:
         np.testing.assert_allclose(np.asarray(g[k]), np.asarray(gf[k]), rtol=1e-4,
                                    atol=1e-7, err_msg=k)
+
+
+def test_held_out_windows_run_apart_only_where_the_cut_applies():
+    wins = [build_scenario(SPEC.replace(seed=s)) for s in (1, 2)]
+    whole = [build_scenario(SPEC.replace(n_requests=200))]
+    cut = held_out_windows(wins, whole)  # 40 requests of 64 slots: 48 slots, own shape
+    assert [(sc.cfg.n_slots, sc.workload.size) for sc in cut] == [(48, 40)] * 2
+    small = [build_scenario(SPEC.replace(n_slots=48, max_batch=48, seed=s))
+             for s in (1, 2)]
+    same = held_out_windows(small, [build_scenario(SPEC.replace(
+        n_requests=200, n_slots=48, max_batch=48))])  # nothing to cut: one shape
+    assert [(sc.cfg.n_slots, sc.workload.size) for sc in same] == [(48, 200)] * 2
+    assert held_out_windows([], whole) == []

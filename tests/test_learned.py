@@ -65,6 +65,9 @@ def test_multipliers_are_bounded_and_change_the_run(problems):
     assert len(set(np.round(vals, 6))) == 3, vals
 
 
+# slow (18 s of the default run's compiles for a known defect): the defect is also in
+# experiments/results/learned_stakes/ (1 of 39 gradient checks agree at T = 0.3)
+@pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason=(
     "measured: on this memory-bound ladder the relaxed pathwise gradient vanishes. At "
     "the start d/d(last bias) is 1.7e-07 while central differences of the same relaxed "

@@ -34,7 +34,8 @@ from tuner.scenario import ScenarioSpec, build_scenario
 from tuner.workloads.presets import resolve_trace
 
 __all__ = ["Windows", "plan_windows", "validate", "interval", "compare_paired", "verdict",
-           "MIN_WINDOW", "HOLDOUT_SEED", "OUTCOMES", "sample_key"]
+           "MIN_WINDOW", "HOLDOUT_SEED", "OUTCOMES", "sample_key", "fit_slots",
+           "held_out_windows"]
 
 MIN_WINDOW = 64       # requests in a window, at least
 HOLDOUT_SEED = 1000   # held-out seeds are seed + 1000 + k
@@ -57,6 +58,22 @@ class Windows:
         return Windows(train=tuple(s.replace(**kw) for s in self.train),
                        holdout=tuple(s.replace(**kw) for s in self.holdout),
                        whole=self.whole.replace(**kw), share=self.share, note=self.note)
+
+
+def fit_slots(scs: list) -> list:
+    """``scs`` with the slot table cut to the most requests any of them holds, rounded
+    up to 16, where that is smaller than the table: a run never holds more requests than
+    its workload has, so every run is the same (bit for bit in exact mode) while each
+    iteration touches fewer slots. A deployment's table is sized for its whole trace
+    (512 slots for the default's 1,000 requests); a training window of 250 requests
+    needs 256 (held-out windows: :func:`validate`). The configured ``max_batch`` may then exceed the table: it binds as the
+    table does, never (a window's requests all fit)."""
+    held = max(int(np.sum(np.asarray(sc.workload.valid))) for sc in scs)
+    k = max(16, -(-held // 16) * 16)
+    if all(k >= sc.cfg.n_slots for sc in scs):
+        return scs
+    return [dataclasses.replace(sc, cfg=sc.cfg.replace(n_slots=min(k, sc.cfg.n_slots)))
+            for sc in scs]
 
 
 def trace_length(spec: ScenarioSpec) -> int:
@@ -164,6 +181,22 @@ def _dedup_note(n: int, k: int) -> str:
             "or a simulator that reads none), so equal samples count once")
 
 
+def held_out_windows(wins: list, wholes: list) -> list:
+    """The held-out windows as they run: padded to one shape. Where their requests fit
+    a smaller slot table than the whole slice's (:func:`fit_slots`), they run apart from
+    it on that table, padded to the largest window (a second shape: each lockstep batch
+    runs until its last lane is done, and a window's runs end long before the whole
+    slice's); else padded to the whole slice, one compiled program per system."""
+    if not wins:
+        return []
+    m = max(sc.workload.size for sc in wins)
+    cut = fit_slots([sc.padded(m) for sc in wins])
+    if cut[0].cfg.n_slots < wholes[0].cfg.n_slots:
+        return cut
+    n = max(sc.workload.size for sc in wholes)
+    return [sc.padded(n) for sc in wins]
+
+
 def validate(system: str, policies: dict, objective: str, win: Windows, seeds: int,
              log=lambda s: None) -> dict:
     """Exact evaluation of ``policies`` ({name: (system, params)}) on the held-out
@@ -181,12 +214,12 @@ def validate(system: str, policies: dict, objective: str, win: Windows, seeds: i
     jobs = [(w, k) for w in win.holdout for k in range(seeds)]
     wholes = [build_scenario(win.whole.replace(seed=win.whole.seed + HOLDOUT_SEED + k))
               for k in range(seeds)]
-    n = max(sc.workload.size for sc in wholes)
+    held = held_out_windows(
+        [build_scenario(w.replace(seed=w.seed + HOLDOUT_SEED + k)) for w, k in jobs],
+        wholes)
     samples = []  # (group, scenario, index of the earlier equal sample or None)
-    for w, k in jobs + [(win.whole, k) for k in range(seeds)]:
-        # windows padded to the whole slice: one compiled program per system
-        sc = (wholes[k] if w is win.whole
-              else build_scenario(w.replace(seed=w.seed + HOLDOUT_SEED + k)).padded(n))
+    for j, (w, k) in enumerate(jobs + [(win.whole, k) for k in range(seeds)]):
+        sc = wholes[k] if w is win.whole else held[j]
         group = "whole" if w is win.whole else "runs"
         key = sample_key(sc)
         same = keys[group].index(key) if key in keys[group] else None

@@ -24,7 +24,6 @@ CRN slices it picked wrong estimators and stalled a fit that central differences
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -44,9 +43,10 @@ from tuner.objective.problem import FD_SCHEMES, Problem, plan_ladder
 from tuner.objective.objectives import parse_objective
 from tuner.scenario import ScenarioSpec, build_scenario
 from tuner.objective.space import Space
+from tuner.objective.validation import fit_slots
 
 __all__ = ["AUTO_COORDS", "CHECKS", "FitSettings", "FitResult", "build_problem", "fit",
-           "fit_slots", "overload"]
+           "overload"]
 
 CHECKS = ("coords", "directions", "auto")  # FitSettings.checks
 AUTO_COORDS = 8  # checks="auto": per-coordinate checks up to this many coordinates
@@ -126,22 +126,6 @@ def _specs(spec) -> list[ScenarioSpec]:
 def _train_scenarios(specs, crn: int):
     return fit_slots([build_scenario(s.replace(seed=s.seed + 7919 * k))
                       for s in _specs(specs) for k in range(crn)])
-
-
-def fit_slots(scs: list) -> list:
-    """``scs`` with the slot table cut to the most requests any of them holds, rounded
-    up to 16, where that is smaller than the table: a run never holds more requests than
-    its workload has, so every run is the same (bit for bit in exact mode) while each
-    iteration touches fewer slots. A deployment's table is sized for its whole trace
-    (512 slots for the default's 1,000 requests); a training window of 250 requests
-    needs 256. The configured ``max_batch`` may then exceed the table: it binds as the
-    table does, never (a window's requests all fit)."""
-    held = max(int(np.sum(np.asarray(sc.workload.valid))) for sc in scs)
-    k = max(16, -(-held // 16) * 16)
-    if all(k >= sc.cfg.n_slots for sc in scs):
-        return scs
-    return [dataclasses.replace(sc, cfg=sc.cfg.replace(n_slots=min(k, sc.cfg.n_slots)))
-            for sc in scs]
 
 
 def _n_steps(sc, system, params) -> tuple[int, dict]:
