@@ -6,8 +6,10 @@ activation peak, non-torch memory, CUDA graphs, the KV cache in GiB, blocks and
 tokens, and the concurrency at ``--max-model-len``, as vLLM computes them for the
 version line ``--vllm-version`` (``v1``: V1 engine 0.8-0.19; ``v0``: V0 0.6.4-0.8;
 rules and sources in ``hardware/memory_profile.py``). Flags carry vLLM's names; an
-omitted one takes vLLM's default. ``--model`` takes a preset name or a Hugging Face
-id (``Qwen/Qwen3-8B``). A deployment vLLM would refuse to start (weights and
+omitted one takes vLLM's default. ``--model`` takes a preset name, a Hugging Face
+id (``Qwen/Qwen3-8B``) or a path to a model's ``config.json`` or the folder holding it
+(:mod:`tuner.model_config`: the fields it reads; its ``quantization_config`` fp8 sets
+``--quantization fp8`` unless the flag is given). A deployment vLLM would refuse to start (weights and
 non-KV memory over the budget, KV cache smaller than one ``--max-model-len``
 request, a length above the model's context, ``--tp`` not dividing the heads,
 ``--max-num-batched-tokens`` below ``--max-model-len`` without chunked prefill,
@@ -21,6 +23,7 @@ import json
 import sys
 
 from hardware import list_devices, list_models, vllm_memory_profile
+from tuner.model_config import is_config_path, model_from_config
 
 __all__ = ["main", "render"]
 
@@ -83,8 +86,9 @@ def main(argv=None) -> int:
     ap.add_argument("--hardware", required=True,
                     help=f"device preset ({', '.join(list_devices())})")
     ap.add_argument("--model", required=True,
-                    help="model preset or Hugging Face id "
-                         f"({', '.join(list_models())})")
+                    help="model preset, Hugging Face id "
+                         f"({', '.join(list_models())}), or a path to a "
+                         "config.json or its folder")
     ap.add_argument("--tp", "--tensor-parallel-size", type=int, default=1, dest="tp")
     ap.add_argument("--pp", "--pipeline-parallel-size", type=int, default=1, dest="pp")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.9)
@@ -108,8 +112,17 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     quant = None if args.quantization in (None, "none", "None") else args.quantization
     try:
+        model = args.model
+        if is_config_path(model):
+            read = model_from_config(model)
+            model = read.spec
+            if args.quantization is None:
+                quant = read.quantization
+            elif quant != read.quantization:
+                raise ValueError(f"--quantization {args.quantization}: {read.path} says "
+                                 f"quantization_config {read.quantization or 'none'}")
         profile = vllm_memory_profile(
-            args.hardware, args.model, tp=args.tp, pp=args.pp,
+            args.hardware, model, tp=args.tp, pp=args.pp,
             gpu_memory_utilization=args.gpu_memory_utilization,
             max_model_len=args.max_model_len,
             max_num_batched_tokens=args.max_num_batched_tokens,

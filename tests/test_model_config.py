@@ -1,0 +1,145 @@
+"""tuner.model_config: a model from its config.json (small configs written here, not
+copied from hubs), and ``tuner.memory --model PATH``."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tuner.model_config import model_from_config
+
+# Llama-3.1-8B's shapes (meta-llama/Llama-3.1-8B config.json); its published parameter
+# count, 8,030,261,248, is the safetensors total on its Hugging Face page
+LLAMA8 = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
+          "num_attention_heads": 32, "num_key_value_heads": 8,
+          "intermediate_size": 14336, "vocab_size": 128256,
+          "max_position_embeddings": 131072, "tie_word_embeddings": False,
+          "torch_dtype": "bfloat16", "rope_scaling": {"rope_type": "llama3"}}
+TINY_QWEN2 = {"model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 8,
+              "num_attention_heads": 2, "num_key_value_heads": 1,
+              "intermediate_size": 16, "vocab_size": 10, "max_position_embeddings": 64,
+              "tie_word_embeddings": True, "torch_dtype": "float16",
+              "use_sliding_window": False, "sliding_window": 32}
+MOE = {"model_type": "qwen3_moe", "num_hidden_layers": 4, "hidden_size": 64,
+       "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+       "intermediate_size": 256, "moe_intermediate_size": 32, "num_experts": 8,
+       "num_experts_per_tok": 2, "vocab_size": 100, "max_position_embeddings": 512,
+       "torch_dtype": "bfloat16", "decoder_sparse_step": 1, "mlp_only_layers": []}
+
+
+def _write(tmp_path, cfg, name="m"):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def test_llama_shapes_give_the_published_count_and_kv(tmp_path):
+    m = model_from_config(_write(tmp_path, LLAMA8))
+    s = m.spec
+    assert s.n_params == 8_030_261_248 and m.quantization is None
+    # K and V, 8 heads of 128, 2 bytes, 32 layers
+    assert s.kv_bytes_per_token == 2 * 8 * 128 * 2 * 32
+    assert s.head_dim == 128 and s.dtype_bytes == 2 and s.max_position == 131072
+    assert "num_key_value_heads=8" in s.source("n_kv_heads")
+    assert "hidden_size/num_attention_heads" in s.source("head_dim")
+    # a file path works as well as its folder
+    assert model_from_config(tmp_path / "m" / "config.json").spec == s
+
+
+def test_absent_kv_heads_mean_multi_head_attention(tmp_path):
+    # Llama-2-7B's shapes, written without num_key_value_heads; its published count is
+    # 6,738,415,616 (the safetensors total on its Hugging Face page)
+    cfg = {**LLAMA8, "num_hidden_layers": 32, "intermediate_size": 11008,
+           "vocab_size": 32000, "max_position_embeddings": 4096}
+    del cfg["num_key_value_heads"]
+    s = model_from_config(_write(tmp_path, cfg)).spec
+    assert s.n_kv_heads == s.n_heads == 32 and s.n_params == 6_738_415_616
+    assert "absent" in s.source("n_kv_heads")
+
+
+def test_a_tiny_config_counted_by_hand(tmp_path):
+    s = model_from_config(_write(tmp_path, TINY_QWEN2)).spec
+    # per layer: q 8x8, k and v 8x4 each, o 8x8 (head_dim 4), QKV bias 8+4+4, SwiGLU
+    # 3x8x16, two norms 2x8; tied embedding 10x8 and the final norm 8
+    layer = 64 + 32 + 32 + 64 + 16 + 384 + 16
+    assert s.n_params == 2 * layer + 80 + 8
+    assert s.tie_word_embeddings and s.n_kv_heads == 1  # window off: not refused
+
+
+def test_moe_keeps_every_expert_and_counts_the_active_ones(tmp_path):
+    s = model_from_config(_write(tmp_path, MOE)).spec
+    assert (s.n_experts, s.n_experts_per_token, s.intermediate_size) == (8, 2, 32)
+    # 6 unused experts of 3 x 64 x 32 per layer
+    assert s.n_params - s.active_params == 4 * 6 * 3 * 64 * 32
+    assert s.head_dim == 32  # explicit, not hidden / heads (16)
+
+
+def test_text_config_of_a_wrapper(tmp_path):
+    inner = {k: v for k, v in LLAMA8.items() if k != "torch_dtype"}
+    m = model_from_config(_write(tmp_path, {"text_config": inner,
+                                            "torch_dtype": "bfloat16"}))
+    assert m.spec.n_params == 8_030_261_248
+    with pytest.raises(ValueError, match="'vision_config'"):
+        model_from_config(_write(tmp_path, {"text_config": inner, "vision_config": {},
+                                            "torch_dtype": "bfloat16"}, "vl"))
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"num_hidden_layers": None}, "'num_hidden_layers' is missing"),
+    ({"hidden_size": -4096}, "'hidden_size' must be a positive integer"),
+    ({"model_type": "gemma2"}, "'model_type' 'gemma2' is not interpreted"),
+    ({"sliding_window": 4096}, "'sliding_window' \\(4096\\) is active"),
+    ({"attention_bias": True}, "'attention_bias'"),
+    ({"torch_dtype": "float32"}, "'torch_dtype' 'float32'"),
+    ({"quantization_config": {"quant_method": "gptq", "bits": 4}},
+     "'quantization_config' \\(quant_method 'gptq'\\)"),
+    ({"layer_types": ["sliding_attention", "full_attention"]}, "'layer_types'"),
+    ({"tie_word_embeddings": "no"}, "'tie_word_embeddings' must be true or false"),
+])
+def test_what_it_cannot_interpret_is_refused_by_name(tmp_path, change, field):
+    cfg = {**LLAMA8, **change}
+    if change.get("num_hidden_layers", 0) is None:
+        del cfg["num_hidden_layers"]
+    with pytest.raises(ValueError, match=field) as e:
+        model_from_config(_write(tmp_path, cfg))
+    assert "config.json" in str(e.value)
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(ValueError, match="no such file"):
+        model_from_config(tmp_path)  # a folder without config.json
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not a readable JSON"):
+        model_from_config(tmp_path)
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="JSON object"):
+        model_from_config(tmp_path)
+    q3 = {**MOE, "model_type": "qwen3"}
+    del q3["head_dim"]
+    with pytest.raises(ValueError, match="'head_dim' is missing"):
+        model_from_config(_write(tmp_path, q3, "q3"))
+
+
+def _memory(*args):
+    p = subprocess.run([sys.executable, "-m", "tuner.memory", "--hardware", "h100-80gb",
+                        "--max-model-len", "8192", "--json", *args],
+                       capture_output=True, text=True)
+    return p.returncode, (json.loads(p.stdout) if p.returncode == 0 else p.stderr)
+
+
+def test_memory_cli_takes_a_config_path(tmp_path):
+    rc, preset = _memory("--model", "llama-3.1-8b")
+    rc2, path = _memory("--model", str(_write(tmp_path, LLAMA8)))
+    assert rc == rc2 == 0
+    assert path["kv_cache_tokens"] == preset["kv_cache_tokens"] > 0
+    assert path["weights_gib"] == preset["weights_gib"]
+    fp8 = {**LLAMA8, "quantization_config": {"quant_method": "fp8"}}
+    rc, q = _memory("--model", str(_write(tmp_path, fp8, "fp8")))
+    assert rc == 0 and q["weights_gib"] < 0.6 * preset["weights_gib"]
+    rc, err = _memory("--model", str(_write(tmp_path, {**LLAMA8, "model_type": "x"}, "x")))
+    assert rc == 2 and err.startswith("error: ") and "model_type" in err
+    assert "Traceback" not in err and err.count("\n") == 1
+    rc, err = _memory("--model", str(tmp_path / "fp8"), "--quantization", "none")
+    assert rc == 2 and "quantization_config fp8" in err

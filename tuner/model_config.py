@@ -1,0 +1,241 @@
+"""A model from its Hugging Face ``config.json``: ``model_from_config(path)`` (the
+operator's input beside the presets of ``hardware/``).
+
+An operator's model need not be a preset: give the ``config.json`` of its checkpoint (or
+the folder holding it) and the shapes a memory manager and a roofline need are read from
+it, each with the field it came from as its source. Parameters are counted from the
+shapes with :func:`hardware._model_presets.count_params` (the layouts below); weights in
+memory are every parameter (MoE: every expert resident), FLOPs use the active ones.
+
+Fields read, and what they mean here (a field outside this list is not read; a field
+that would change what is computed and is not interpreted is refused by name, never
+given a default):
+
+- ``model_type``: the layout, one of :data:`LAYOUTS` (else refused);
+- ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``intermediate_size``
+  (MoE: ``moe_intermediate_size`` for Qwen3-MoE, the per-expert width), ``vocab_size``,
+  ``max_position_embeddings``: the shapes, required;
+- ``num_key_value_heads``: KV heads (grouped-query attention); absent means one per
+  query head (multi-head attention), as the transformers configuration classes of
+  these layouts document;
+- ``head_dim``: explicit head width; absent means ``hidden_size /
+  num_attention_heads`` for the Llama, Mistral, Mixtral and Qwen2 layouts (their
+  classes derive it so); required for Qwen3 and Qwen3-MoE (their classes default to
+  128, which a config of another width would silently contradict);
+- ``tie_word_embeddings``: the LM head shares the embedding matrix; absent means
+  false (the default of each of these layouts' configuration classes);
+- ``attention_bias`` (Llama, Mistral): q/k/v/o biases; only false is interpreted;
+- ``num_local_experts`` (Mixtral) / ``num_experts`` (Qwen3-MoE) and
+  ``num_experts_per_tok``: routed experts and the top-k each token uses;
+  ``decoder_sparse_step`` must be 1 and ``mlp_only_layers`` empty (every layer MoE);
+- ``sliding_window`` with ``use_sliding_window`` (Qwen2/Qwen3: a window applies only
+  when that is true) or on its own (Mistral, Mixtral: a window applies when not null):
+  an active window is refused (vLLM allocates sliding-window layers their own KV;
+  not interpreted yet);
+- ``torch_dtype`` (or ``dtype``): bfloat16 / float16, 2 bytes per weight and KV value;
+  anything else is refused;
+- ``quantization_config.quant_method``: ``fp8`` means 1-byte weights (vLLM's
+  ``--quantization fp8``, which :func:`hardware.vllm_memory_profile` models); other
+  methods (GPTQ, AWQ, compressed-tensors) are refused by name;
+- ``text_config``: a multimodal wrapper's language model; refused while the wrapper
+  also has a ``vision_config`` (its vision tower's weights are not counted yet).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from hardware._model_presets import count_params
+from hardware.llm import LLMSpec
+
+__all__ = ["LAYOUTS", "ConfigModel", "model_from_config", "is_config_path"]
+
+# model_type -> (layout note, QKV bias, per-head q/k norm, MoE, head_dim derivable)
+LAYOUTS = {
+    "llama": ("Llama layout: no biases, SwiGLU, RMSNorm", False, False, False, True),
+    "mistral": ("Mistral layout = Llama layout", False, False, False, True),
+    "mixtral": ("Mixtral layout: Llama attention, SwiGLU experts with a router", False,
+                False, True, True),
+    "qwen2": ("Qwen2 layout: QKV bias, SwiGLU, RMSNorm", True, False, False, True),
+    "qwen3": ("Qwen3 layout: per-head q/k RMSNorm, SwiGLU", False, True, False, False),
+    "qwen3_moe": ("Qwen3-MoE layout: per-head q/k RMSNorm, SwiGLU experts with a router",
+                  False, True, True, False),
+}
+_DTYPES = {"bfloat16": 2, "float16": 2}
+
+
+@dataclass(frozen=True)
+class ConfigModel:
+    """What a ``config.json`` says: the model's shapes and the weight quantization
+    vLLM would load it with (``None`` or ``"fp8"``)."""
+
+    spec: LLMSpec
+    quantization: str | None
+    path: str
+
+
+def is_config_path(value: str) -> bool:
+    """Whether a ``--model`` value names a file or a folder (not a preset name)."""
+    return Path(value).expanduser().exists()
+
+
+def _file(path) -> Path:
+    p = Path(path).expanduser()
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.is_file():
+        raise ValueError(f"{p}: no such file (give a config.json or the folder "
+                         "holding one)")
+    return p
+
+
+def _load(p: Path) -> dict:
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{p}: not a readable JSON file ({e})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{p}: a config.json is a JSON object, got "
+                         f"{type(doc).__name__}")
+    return doc
+
+
+def model_from_config(path) -> ConfigModel:
+    """The model a Hugging Face ``config.json`` describes (see the module doc for the
+    fields read). One ``ValueError`` naming the file and the field for anything it
+    cannot interpret."""
+    p = _file(path)
+    cfg = _load(p)
+    where = str(p)
+    if "text_config" in cfg:
+        if "vision_config" in cfg:
+            raise ValueError(f"{where}: field 'vision_config': a multimodal model's "
+                             "vision tower is not counted yet (its weights would be "
+                             "missing from the memory profile)")
+        if not isinstance(cfg["text_config"], dict):
+            raise ValueError(f"{where}: field 'text_config' must be an object")
+        outer, cfg = cfg, {**cfg["text_config"]}
+        for k in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"):
+            if k not in cfg and k in outer:
+                cfg[k] = outer[k]
+        where += " text_config"
+    return _interpret(cfg, where, p)
+
+
+def _interpret(cfg: dict, where: str, p: Path) -> ConfigModel:
+    def field(name, kind=int, required=True, default=None):
+        if name not in cfg or cfg[name] is None:
+            if required:
+                raise ValueError(f"{where}: field '{name}' is missing")
+            return default
+        v = cfg[name]
+        ok = (isinstance(v, bool) if kind is bool
+              else isinstance(v, int) and not isinstance(v, bool) and v > 0)
+        if not ok:
+            want = "true or false" if kind is bool else "a positive integer"
+            raise ValueError(f"{where}: field '{name}' must be {want}, got {v!r}")
+        return v
+
+    mt = cfg.get("model_type")
+    if mt not in LAYOUTS:
+        raise ValueError(f"{where}: field 'model_type' {mt!r} is not interpreted "
+                         f"(known layouts: {', '.join(LAYOUTS)})")
+    layout, qkv_bias, qk_norm, moe, derive_hd = LAYOUTS[mt]
+    _refuse_unread(cfg, where, mt)
+    L, h = field("num_hidden_layers"), field("hidden_size")
+    nh = field("num_attention_heads")
+    kv = field("num_key_value_heads", required=False, default=nh)
+    hd = field("head_dim", required=not derive_hd, default=None)
+    if hd is None:
+        if h % nh:
+            raise ValueError(f"{where}: field 'head_dim' is missing and hidden_size "
+                             f"{h} is not a multiple of num_attention_heads {nh}")
+        hd = h // nh
+    vocab, maxpos = field("vocab_size"), field("max_position_embeddings")
+    tied = field("tie_word_embeddings", bool, required=False, default=False)
+    experts = per_tok = 0
+    if moe:
+        experts = field("num_local_experts" if mt == "mixtral" else "num_experts")
+        per_tok = field("num_experts_per_tok")
+        inter = field("moe_intermediate_size" if mt == "qwen3_moe"
+                      else "intermediate_size")
+    else:
+        inter = field("intermediate_size")
+    dt = cfg.get("torch_dtype", cfg.get("dtype"))
+    if dt not in _DTYPES:
+        raise ValueError(f"{where}: field 'torch_dtype' {dt!r} is not interpreted "
+                         f"(known: {', '.join(_DTYPES)})")
+    quant = _quantization(cfg.get("quantization_config"), where)
+    shape = dict(L=L, h=h, nh=nh, kv=kv, hd=hd, inter=inter, vocab=vocab, tied=tied,
+                 qkv_bias=qkv_bias, qk_norm=qk_norm, experts=experts, per_tok=per_tok)
+    try:
+        n = count_params(**shape)
+        active = count_params(**shape, active=True) if experts else None
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: {e}") from None
+    src = f"{p}"
+    cite = {"n_layers": f"num_hidden_layers={L}", "hidden_size": f"hidden_size={h}",
+            "n_heads": f"num_attention_heads={nh}",
+            "n_kv_heads": (f"num_key_value_heads={kv}" if "num_key_value_heads" in cfg
+                           else "num_key_value_heads absent: one per query head"),
+            "head_dim": (f"head_dim={hd}" if cfg.get("head_dim") is not None
+                         else f"hidden_size/num_attention_heads = {h}/{nh}"),
+            "intermediate_size": f"{'moe_' if mt == 'qwen3_moe' else ''}"
+                                 f"intermediate_size={inter}",
+            "vocab_size": f"vocab_size={vocab}",
+            "max_position": f"max_position_embeddings={maxpos}",
+            "tie_word_embeddings": f"tie_word_embeddings={str(tied).lower()}",
+            "dtype_bytes": f"torch_dtype={dt}: {_DTYPES[dt]} bytes",
+            "n_params": f"counted from the config's shapes ({layout}; "
+                        f"hardware._model_presets.count_params) = {n:,}"}
+    if experts:
+        cite["n_experts"] = f"experts={experts}"
+        cite["n_experts_per_token"] = f"num_experts_per_tok={per_tok}"
+        cite["n_active_params"] = f"counted with {per_tok} of {experts} experts = {active:,}"
+    name = cfg.get("_name_or_path") or p.parent.name or p.stem
+    spec = LLMSpec(name=f"{name} (config.json)", n_layers=L, hidden_size=h, n_heads=nh,
+                   n_kv_heads=kv, head_dim=hd, intermediate_size=inter,
+                   vocab_size=vocab, n_params=n, dtype_bytes=_DTYPES[dt],
+                   max_position=maxpos, tie_word_embeddings=tied, n_experts=experts,
+                   n_experts_per_token=per_tok, n_active_params=active,
+                   sources=tuple((k, f"{src}: {v}") for k, v in cite.items()))
+    return ConfigModel(spec=spec, quantization=quant, path=str(p))
+
+
+def _refuse_unread(cfg: dict, where: str, mt: str) -> None:
+    """Fields of these layouts that change the shapes or the KV cache and are not
+    interpreted: one error naming the first."""
+    if cfg.get("attention_bias"):
+        raise ValueError(f"{where}: field 'attention_bias' true is not interpreted "
+                         "(q/k/v/o biases are not counted)")
+    window = cfg.get("sliding_window")
+    active = (cfg.get("use_sliding_window", False) if mt in ("qwen2", "qwen3", "qwen3_moe")
+              else window is not None)
+    if window is not None and active:
+        raise ValueError(f"{where}: field 'sliding_window' ({window}) is active and not "
+                         "interpreted (vLLM gives sliding-window layers their own KV)")
+    types = cfg.get("layer_types")
+    if types is not None and (not isinstance(types, list)
+                              or any(t != "full_attention" for t in types)):
+        raise ValueError(f"{where}: field 'layer_types' has layers other than "
+                         "full_attention: not interpreted")
+    if cfg.get("decoder_sparse_step", 1) != 1:
+        raise ValueError(f"{where}: field 'decoder_sparse_step' "
+                         f"{cfg['decoder_sparse_step']!r}: only 1 (every layer MoE) is "
+                         "interpreted")
+    if cfg.get("mlp_only_layers"):
+        raise ValueError(f"{where}: field 'mlp_only_layers' is not empty: dense layers "
+                         "among MoE ones are not interpreted")
+
+
+def _quantization(q, where: str) -> str | None:
+    if q is None:
+        return None
+    method = q.get("quant_method") if isinstance(q, dict) else None
+    if method == "fp8":
+        return "fp8"
+    raise ValueError(f"{where}: field 'quantization_config' (quant_method {method!r}) is "
+                     "not interpreted (fp8 is; GPTQ / AWQ / compressed-tensors weights "
+                     "are not counted yet)")
