@@ -308,6 +308,61 @@ def render(res: dict) -> str:
     return "\n".join(L)
 
 
+SGLANG_CSV = Path(__file__).resolve().parent / "data" / "sglang-memory-profiles.csv"
+
+
+def check_sglang(rows: list[dict]) -> dict:
+    """Each SGLang start-up record: the pool from the log's own two free-memory readings
+    (the arithmetic) and predicted from the device and model (``tuner.sglang_memory``);
+    a record whose model is not a preset is counted as not predicted."""
+    from tuner.sglang_memory import sglang_kv_tokens, sglang_memory_profile
+
+    out = []
+    for r in rows:
+        logged = int(r["logged_tokens"])
+        rec = {"id": r["id"], "source": r["source"], "model": r["model"] or None,
+               "device": r["device"], "tp": int(r["tp"]),
+               "mem_fraction_static": float(r["mem_fraction_static"]),
+               "logged_tokens": logged, "note": r["note"], "from_log": None,
+               "predicted": None}
+        if r["model"]:
+            m, tp, f = get_model(r["model"]), rec["tp"], rec["mem_fraction_static"]
+            if r["free_before_weights_gib"]:
+                n = sglang_kv_tokens(m, tp=tp, mem_fraction_static=f,
+                                     total_gib=float(r["free_before_weights_gib"]),
+                                     available_gib=float(r["free_after_weights_gib"]))
+                rec["from_log"] = {"tokens": n, "error": _rel(n, logged)}
+            n = sglang_memory_profile(r["device"], m, tp=tp,
+                                      mem_fraction_static=f).max_total_num_tokens
+            rec["predicted"] = {"tokens": n, "error": _rel(n, logged),
+                                "within": abs(_rel(n, logged)) <= TOLERANCE}
+        out.append(rec)
+    pred = [r for r in out if r["predicted"]]
+    return {"csv": str(SGLANG_CSV.relative_to(SGLANG_CSV.parents[2])), "records": out,
+            "predicted": len(pred), "total": len(out),
+            "within": sum(r["predicted"]["within"] for r in pred)}
+
+
+def render_sglang(sg: dict) -> str:
+    L = ["## SGLang's token pool vs start-up logs", "",
+         f"Records: `{sg['csv']}` ({sg['total']}, each with its source). Prediction: "
+         "`tuner/sglang_memory.py` from the device and the model; 'from the log': the "
+         "same arithmetic on the log's own free-memory readings. **Coverage: "
+         f"{sg['predicted']} of {sg['total']} records predicted, {sg['within']} within "
+         f"{TOLERANCE:.0%}.** The context constant (memory not free before the weights) "
+         "is read off the first record, so only the others check it.", "",
+         "| record | model | device | tp | mem_fraction_static | logged tokens | from "
+         "the log | predicted | error |", "|---|---|---|--:|--:|--:|--:|--:|--:|"]
+    for r in sg["records"]:
+        fl, pr = r["from_log"], r["predicted"]
+        L.append(f"| {r['id']} | {r['model'] or 'not a preset'} | {r['device']} | "
+                 f"{r['tp']} | {r['mem_fraction_static']:g} | {r['logged_tokens']:,} | "
+                 + (f"{fl['tokens']:,} ({_pct(fl['error'])})" if fl else "-") + " | "
+                 + (f"{pr['tokens']:,} | {_pct(pr['error'])}" if pr
+                    else "not predicted | -") + " |")
+    return "\n".join(L + [""])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.memory_check",
                                  description=__doc__.split("\n\n")[0])
@@ -322,6 +377,8 @@ def main(argv=None) -> int:
         if not rows:
             raise ValueError(f"{path}: no records")
         records = [check_record(parse_record(r)) for r in rows]
+        with open(SGLANG_CSV, newline="", encoding="utf-8") as f:
+            sglang = check_sglang(list(csv.DictReader(f)))
     except (OSError, ValueError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -339,14 +396,15 @@ def main(argv=None) -> int:
     devices = sorted({r["settings"]["device"] for r in records})
     res = plain({"csv": shown, "tolerance": TOLERANCE,
                  "version_lines": VERSION_LINES, "summary": summary,
-                 "records": records,
+                 "records": records, "sglang": sglang,
                  "driver_memory_sources": {
                      d: get_device(d).source("driver_memory_bytes") for d in devices}})
     args.out.mkdir(parents=True, exist_ok=True)
     res = stamped(res)
     write_json_atomic(args.out / "memory_check.json", res)
     write_text_atomic(args.out / "memory_check.md",
-                      stamp_markdown(render(res), res["provenance"]))
+                      stamp_markdown(render(res) + "\n" + render_sglang(res["sglang"]),
+                                     res["provenance"]))
     print(f"memory_check: {summary['within']} of {summary['implemented']} records "
           f"within {TOLERANCE:.0%}; wrote {args.out}/memory_check.json and .md",
           file=sys.stderr)

@@ -246,6 +246,9 @@ def test_memory_check_runs_on_the_csv(tmp_path):
     assert all(by_id[r]["within_tolerance"] for r in ("19", "20", "24", "26", "27",
                                                       "32", "10", "11", "16"))
     assert res["summary"]["outside_tolerance"] == ["1"]  # unstated settings
+    sg = res["sglang"]  # SGLang's records: coverage and the pool from each log
+    assert (sg["predicted"], sg["total"], sg["within"]) == (2, 3, 2)
+    assert "## SGLang's token pool vs start-up logs" in md and "not a preset" in md
     assert mc.main(["--out", str(tmp_path / "x"), "--csv",
                     str(tmp_path / "missing.csv")]) == 2
     assert not (tmp_path / "x").exists()

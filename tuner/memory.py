@@ -9,7 +9,8 @@ rules and sources in ``hardware/memory_profile.py``). Flags carry vLLM's names; 
 omitted one takes vLLM's default. ``--model`` takes a preset name, a Hugging Face
 id (``Qwen/Qwen3-8B``) or a path to a model's ``config.json`` or the folder holding it
 (:mod:`tuner.model_config`: the fields it reads; its ``quantization_config`` fp8 sets
-``--quantization fp8`` unless the flag is given). A deployment vLLM would refuse to start (weights and
+``--quantization fp8`` unless the flag is given). ``--engine sglang`` prints SGLang's
+token pool instead (:mod:`tuner.sglang_memory`). A deployment vLLM would refuse to start (weights and
 non-KV memory over the budget, KV cache smaller than one ``--max-model-len``
 request, a length above the model's context, ``--tp`` not dividing the heads,
 ``--max-num-batched-tokens`` below ``--max-model-len`` without chunked prefill,
@@ -108,6 +109,16 @@ def main(argv=None) -> int:
                     default="openai_server",
                     help="vllm serve (default) or the offline LLM class: the V1 "
                          "batch defaults differ")
+    ap.add_argument("--engine", choices=("vllm", "sglang"), default="vllm",
+                    help="vllm (default) or sglang: SGLang's token pool "
+                         "(tuner/sglang_memory.py; reads --tp, --kv-cache-dtype, "
+                         "--quantization and the three flags below)")
+    ap.add_argument("--mem-fraction-static", type=float, default=None,
+                    help="sglang: default SGLang 0.4's rule by --tp")
+    ap.add_argument("--page-size", type=int, default=1, help="sglang: pool page size")
+    ap.add_argument("--context-gib", type=float, default=None,
+                    help="sglang: device memory not free before the weights load "
+                         "(default tuner.sglang_memory.CONTEXT_GIB)")
     ap.add_argument("--json", action="store_true", help="print the profile as JSON")
     args = ap.parse_args(argv)
     quant = None if args.quantization in (None, "none", "None") else args.quantization
@@ -121,6 +132,8 @@ def main(argv=None) -> int:
             elif quant != read.quantization:
                 raise ValueError(f"--quantization {args.quantization}: {read.path} says "
                                  f"quantization_config {read.quantization or 'none'}")
+        if args.engine == "sglang":
+            return _sglang(args, model, quant)
         profile = vllm_memory_profile(
             args.hardware, model, tp=args.tp, pp=args.pp,
             gpu_memory_utilization=args.gpu_memory_utilization,
@@ -138,6 +151,28 @@ def main(argv=None) -> int:
         sys.stdout.write(json.dumps(profile.as_dict(), indent=2) + "\n")
     else:
         sys.stdout.write(render(profile))
+    return 0
+
+
+def _sglang(args, model, quant) -> int:
+    from tuner.sglang_memory import CONTEXT_GIB, sglang_memory_profile
+
+    p = sglang_memory_profile(
+        args.hardware, model, tp=args.tp, mem_fraction_static=args.mem_fraction_static,
+        kv_cache_dtype=args.kv_cache_dtype, quantization=quant, page_size=args.page_size,
+        context_gib=CONTEXT_GIB if args.context_gib is None else args.context_gib)
+    if args.json:
+        sys.stdout.write(json.dumps(p.as_dict(), indent=2) + "\n")
+        return 0
+    sys.stdout.write(
+        f"{p.model} on {p.device}, tp={p.tp} (SGLang)\n"
+        f"  mem_fraction_static {p.mem_fraction_static:g}\n\n"
+        f"  free before the weights  {p.total_gib:9.2f} GiB\n"
+        f"  weights                  {p.weights_gib:9.2f} GiB\n"
+        f"  free after them          {p.available_gib:9.2f} GiB\n"
+        f"  KV pool                  {p.kv_pool_gib:9.2f} GiB\n\n"
+        f"  max_total_num_tokens {p.max_total_num_tokens:,} ({p.cell_bytes:,.0f} bytes "
+        "per token per device)\n")
     return 0
 
 
