@@ -313,9 +313,10 @@ SGLANG_CSV = Path(__file__).resolve().parent / "data" / "sglang-memory-profiles.
 
 def check_sglang(rows: list[dict]) -> dict:
     """Each SGLang start-up record: the pool from the log's own two free-memory readings
-    (the arithmetic) and predicted from the device and model (``tuner.sglang_memory``);
+    (the arithmetic) and predicted from the device and model
+    (``tuner.scenario.sglang_memory``);
     a record whose model is not a preset is counted as not predicted."""
-    from tuner.sglang_memory import sglang_kv_tokens, sglang_memory_profile
+    from tuner.scenario.sglang_memory import sglang_kv_tokens, sglang_memory_profile
 
     out = []
     for r in rows:
@@ -346,7 +347,7 @@ def check_sglang(rows: list[dict]) -> dict:
 def render_sglang(sg: dict) -> str:
     L = ["## SGLang's token pool vs start-up logs", "",
          f"Records: `{sg['csv']}` ({sg['total']}, each with its source). Prediction: "
-         "`tuner/sglang_memory.py` from the device and the model; 'from the log': the "
+         "`tuner/scenario/sglang_memory.py` from the device and the model; 'from the log': the "
          "same arithmetic on the log's own free-memory readings. **Coverage: "
          f"{sg['predicted']} of {sg['total']} records predicted, {sg['within']} within "
          f"{TOLERANCE:.0%}.** The context constant (memory not free before the weights) "

@@ -91,11 +91,11 @@ def small_cases(draw):
         kind, params_for(kind, 256, **extra), n, family
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_cases())
 def test_properties_and_parity_on_random_workloads(case):
     """Memory within capacity, every request accounted for, deterministic, and equal
-    to the reference, on random small workloads for all four systems (15 cases by
+    to the reference, on random small workloads for all four systems (10 cases by
     default; the slow twin below draws 60)."""
     _check_case(case)
 

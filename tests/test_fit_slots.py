@@ -42,6 +42,22 @@ def problems():
     return prob, full, prob.space.to_theta(prob.space.base)
 
 
+def test_a_cut_scenario_runs_the_same_exact_run():
+    """One exact run to completion on the cut table and on the whole one: every metric
+    equal (the training problem's own check, with its relaxed gradient, is slow)."""
+    from models import get_system
+    from tuner.objective.evaluate import evaluate
+
+    sc = build_scenario(SPEC)
+    (cut,) = fit_slots([sc])
+    params = get_system("odma").default_params(sc.cfg.max_len)
+    a, b = (evaluate(x, "odma", params, objective="tps") for x in (cut, sc))
+    assert a["completed"] == b["completed"] > 0
+    for k in ("tps", "completed", "ttft_p99_s", "tpot_p99_s", "peak_kv_tokens"):
+        assert a[k] == b[k], k
+
+
+@pytest.mark.slow  # two problems' compiles; the exact run above covers the default
 def test_the_cut_problem_has_the_same_exact_value(problems):
     prob, full, theta = problems
     (v, m), (vf, mf) = prob.value(theta), full.value(theta)

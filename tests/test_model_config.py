@@ -1,4 +1,4 @@
-"""tuner.model_config: a model from its config.json (small configs written here, not
+"""tuner.scenario.model_config: a model from its config.json (small configs written here, not
 copied from hubs), and ``tuner.memory --model PATH``."""
 
 import json
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tuner.model_config import model_from_config
+from tuner.scenario.model_config import model_from_config
 
 # Llama-3.1-8B's shapes (meta-llama/Llama-3.1-8B config.json); its published parameter
 # count, 8,030,261,248, is the safetensors total on its Hugging Face page

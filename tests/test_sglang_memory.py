@@ -1,4 +1,4 @@
-"""tuner.sglang_memory: SGLang's token-pool arithmetic against the start-up logs recorded
+"""tuner.scenario.sglang_memory: SGLang's token-pool arithmetic against the start-up logs recorded
 in experiments/data/sglang-memory-profiles.csv, its predictions, and the CLI."""
 
 import csv
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hardware import get_model
-from tuner.sglang_memory import (default_mem_fraction_static, sglang_kv_tokens,
+from tuner.scenario.sglang_memory import (default_mem_fraction_static, sglang_kv_tokens,
                                  sglang_memory_profile)
 
 RECORDS = Path(__file__).resolve().parents[1] / "experiments" / "data" / \

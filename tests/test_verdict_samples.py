@@ -85,10 +85,18 @@ class _WL:
     def size(self):
         return self.arrival_s.size
 
+    @property
+    def valid(self):
+        return np.ones(self.size, bool)
+
 
 @dataclasses.dataclass
 class _Cfg:
     capacity_tokens: float = 1000.0
+    n_slots: int = 16  # as many as a fake window's requests need: no slot-table cut
+
+    def replace(self, **kw):
+        return dataclasses.replace(self, **kw)
 
 
 @dataclasses.dataclass

@@ -8,9 +8,10 @@ version line ``--vllm-version`` (``v1``: V1 engine 0.8-0.19; ``v0``: V0 0.6.4-0.
 rules and sources in ``hardware/memory_profile.py``). Flags carry vLLM's names; an
 omitted one takes vLLM's default. ``--model`` takes a preset name, a Hugging Face
 id (``Qwen/Qwen3-8B``) or a path to a model's ``config.json`` or the folder holding it
-(:mod:`tuner.model_config`: the fields it reads; its ``quantization_config`` fp8 sets
-``--quantization fp8`` unless the flag is given). ``--engine sglang`` prints SGLang's
-token pool instead (:mod:`tuner.sglang_memory`). A deployment vLLM would refuse to start (weights and
+(:mod:`tuner.scenario.model_config`: the fields it reads; its ``quantization_config``
+fp8 sets ``--quantization fp8`` unless the flag is given). ``--engine sglang`` prints
+SGLang's token pool instead (:mod:`tuner.scenario.sglang_memory`).
+A deployment vLLM would refuse to start (weights and
 non-KV memory over the budget, KV cache smaller than one ``--max-model-len``
 request, a length above the model's context, ``--tp`` not dividing the heads,
 ``--max-num-batched-tokens`` below ``--max-model-len`` without chunked prefill,
@@ -24,7 +25,7 @@ import json
 import sys
 
 from hardware import list_devices, list_models, vllm_memory_profile
-from tuner.model_config import is_config_path, model_from_config
+from tuner.scenario.model_config import is_config_path, model_from_config
 
 __all__ = ["main", "render"]
 
@@ -111,14 +112,14 @@ def main(argv=None) -> int:
                          "batch defaults differ")
     ap.add_argument("--engine", choices=("vllm", "sglang"), default="vllm",
                     help="vllm (default) or sglang: SGLang's token pool "
-                         "(tuner/sglang_memory.py; reads --tp, --kv-cache-dtype, "
+                         "(tuner/scenario/sglang_memory.py; reads --tp, --kv-cache-dtype, "
                          "--quantization and the three flags below)")
     ap.add_argument("--mem-fraction-static", type=float, default=None,
                     help="sglang: default SGLang 0.4's rule by --tp")
     ap.add_argument("--page-size", type=int, default=1, help="sglang: pool page size")
     ap.add_argument("--context-gib", type=float, default=None,
                     help="sglang: device memory not free before the weights load "
-                         "(default tuner.sglang_memory.CONTEXT_GIB)")
+                         "(default tuner.scenario.sglang_memory.CONTEXT_GIB)")
     ap.add_argument("--json", action="store_true", help="print the profile as JSON")
     args = ap.parse_args(argv)
     quant = None if args.quantization in (None, "none", "None") else args.quantization
@@ -155,7 +156,7 @@ def main(argv=None) -> int:
 
 
 def _sglang(args, model, quant) -> int:
-    from tuner.sglang_memory import CONTEXT_GIB, sglang_memory_profile
+    from tuner.scenario.sglang_memory import CONTEXT_GIB, sglang_memory_profile
 
     p = sglang_memory_profile(
         args.hardware, model, tp=args.tp, mem_fraction_static=args.mem_fraction_static,
