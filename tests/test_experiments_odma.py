@@ -1,11 +1,19 @@
 """experiments/odma_tables.py: the quick run writes the three files with the agreed shape."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 needs_traces = pytest.mark.needs_traces("castillo-qwen2.5-7b",
                                         "arxiv-summarization-lengths.csv")
+
+
+# The script's quick run costs about 55 s of the default suite (CI is near its 10
+# minutes): its tests are slow. By default the report code (claims, markdown) is checked
+# on the committed full result instead (the last test).
+COMMITTED = Path(__file__).resolve().parents[1] / "experiments" / "results" / \
+    "odma_tables.json"
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +31,7 @@ def quick_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @needs_traces
 def test_files_exist_and_no_temporaries(quick_run, capsys):
     names = sorted(p.name for p in quick_run.iterdir())
@@ -36,6 +45,7 @@ def test_files_exist_and_no_temporaries(quick_run, capsys):
     assert "## Paper conditions" in md and "What remains different" in md
 
 
+@pytest.mark.slow
 @needs_traces
 def test_json_shape(quick_run):
     res = json.loads(quick_run.joinpath("odma_tables.json").read_text())
@@ -75,6 +85,7 @@ def test_json_shape(quick_run):
             >= lp["a100-80gb"]["paged_over_paged_alpha1_tpot_p50"] - 1e-6)
 
 
+@pytest.mark.slow
 @needs_traces
 def test_paper_conditions_section(quick_run):
     pc = json.loads(quick_run.joinpath("odma_tables.json").read_text())["paper_conditions"]
@@ -114,6 +125,7 @@ def test_paper_conditions_section(quick_run):
             assert 0.1 <= c["predictions"][v]["share_routed_u_above_tau"] <= 0.3
 
 
+@pytest.mark.slow
 def test_claims_have_verdicts(quick_run):
     """Each paper-conditions case gives four claims with the issue's verdicts: the
     verdict follows the simulated value (not the other way), accuracy is untestable."""
@@ -135,3 +147,22 @@ def test_claims_have_verdicts(quick_run):
             assert c["verdict"] == "untestable here"
     md = quick_run.joinpath("odma_tables.md").read_text()
     assert md.index("## Paper claims and verdicts") < md.index("## Paper conditions")
+
+
+def test_committed_result_renders_with_claims_and_figures():
+    """The report of the committed full run, recomputed from its JSON: the paper's
+    figures beside the measured ones, and every claim's verdict follows its value."""
+    from experiments import odma_tables
+
+    res = json.loads(COMMITTED.read_text())
+    res.pop("claims")
+    res["claims"] = odma_tables.claims(res)
+    md = odma_tables.render_markdown(res)
+    for figure in ("55.05%", "72.45%", "42.54%", "61.79%", "+23.0%", "+27.0%"):
+        assert figure in md
+    assert md.index("## Paper claims and verdicts") < md.index("## Paper conditions")
+    assert len(res["claims"]) == 4 * len(res["paper_conditions"]["cases"])
+    for c in res["claims"]:
+        assert c["verdict"] == "supported" or c["cause"]
+        if c["id"].endswith("accuracy"):
+            assert c["verdict"] == "untestable here"
