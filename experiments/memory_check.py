@@ -314,8 +314,8 @@ SGLANG_CSV = Path(__file__).resolve().parent / "data" / "sglang-memory-profiles.
 def check_sglang(rows: list[dict]) -> dict:
     """Each SGLang start-up record: the pool from the log's own two free-memory readings
     (the arithmetic) and predicted from the device and model
-    (``tuner.scenario.sglang_memory``);
-    a record whose model is not a preset is counted as not predicted."""
+    (``tuner.scenario.sglang_memory``); a record whose model is not a preset is counted
+    as not predicted."""
     from tuner.scenario.sglang_memory import sglang_kv_tokens, sglang_memory_profile
 
     out = []
@@ -335,8 +335,9 @@ def check_sglang(rows: list[dict]) -> dict:
                 rec["from_log"] = {"tokens": n, "error": _rel(n, logged)}
             n = sglang_memory_profile(r["device"], m, tp=tp,
                                       mem_fraction_static=f).max_total_num_tokens
-            rec["predicted"] = {"tokens": n, "error": _rel(n, logged),
-                                "within": abs(_rel(n, logged)) <= TOLERANCE}
+            err = _rel(n, logged)
+            rec["predicted"] = {"tokens": n, "error": err,
+                                "within": abs(err) <= TOLERANCE}
         out.append(rec)
     pred = [r for r in out if r["predicted"]]
     return {"csv": str(SGLANG_CSV.relative_to(SGLANG_CSV.parents[2])), "records": out,
@@ -347,8 +348,8 @@ def check_sglang(rows: list[dict]) -> dict:
 def render_sglang(sg: dict) -> str:
     L = ["## SGLang's token pool vs start-up logs", "",
          f"Records: `{sg['csv']}` ({sg['total']}, each with its source). Prediction: "
-         "`tuner/scenario/sglang_memory.py` from the device and the model; 'from the log': the "
-         "same arithmetic on the log's own free-memory readings. **Coverage: "
+         "`tuner/scenario/sglang_memory.py` from the device and the model; 'from the "
+         "log': the same arithmetic on the log's own free-memory readings. **Coverage: "
          f"{sg['predicted']} of {sg['total']} records predicted, {sg['within']} within "
          f"{TOLERANCE:.0%}.** The context constant (memory not free before the weights) "
          "is read off the first record, so only the others check it.", "",
