@@ -117,15 +117,22 @@ def test_fit_runs_the_named_deployment_and_flags_replace_its_fields(tmp_path, ca
     seen = {}
 
     def fake(specs, st, **kw):
-        seen.update(system=st.system, spec=specs[0])
+        seen.update(system=st.system, spec=specs[0], method="gradient")
+        raise _Stop
+
+    def fake_search(specs, st, method, evals, **kw):
+        seen.update(system=st.system, spec=specs[0], method=method, evals=evals)
         raise _Stop
 
     monkeypatch.setattr(fit_cli, "fit", fake)
+    monkeypatch.setattr(fit_cli, "search_fit", fake_search)
     out = tmp_path / "policy.json"
     with pytest.raises(_Stop):
         fit_cli.main(["--quiet", "--out", str(out)])
     dep = DEPLOYMENTS[DEFAULT]
     assert DEFAULT == "h100-interactive" and seen["system"] == dep.system == "vllm-v1"
+    # its own tuner (experiments/fit_methods): CMA-ES with 24 exact evaluations
+    assert (seen["method"], seen["evals"]) == (dep.method, dep.evals) == ("cmaes", 24)
     for k, v in dep.fields:
         assert getattr(seen["spec"], k) == v or k == "n_requests", k  # a window of it
     assert (seen["spec"].hardware, seen["spec"].ttft_slo_s, seen["spec"].n_slots) == (
@@ -134,6 +141,7 @@ def test_fit_runs_the_named_deployment_and_flags_replace_its_fields(tmp_path, ca
         fit_cli.main(["--quiet", "--system", "odma", "--hardware", "a100-80gb",
                       "--out", str(out)])
     assert seen["system"] == "odma" and seen["spec"].hardware == "a100-80gb"
+    assert seen["method"] == "gradient"  # another system: not the deployment's tuner
     assert seen["spec"].model == "qwen3-8b" and seen["spec"].tpot_slo_s == 0.02
     with pytest.raises(_Stop):  # another trace: all of it, not the deployment's slice
         fit_cli.main(["--quiet", "--trace", "azure-conv", "--windows", "1",
@@ -144,6 +152,7 @@ def test_fit_runs_the_named_deployment_and_flags_replace_its_fields(tmp_path, ca
     with pytest.raises(_Stop):
         fit_cli.main(["--quiet", "--deployment", "mlu370-azure", "--out", str(out)])
     assert seen["system"] == "odma" and seen["spec"].hardware == ScenarioSpec().hardware
+    assert seen["method"] == "gradient"
     capsys.readouterr()
     assert fit_cli.main(["--deployment", "nope", "--out", str(out)]) == 2
     err = capsys.readouterr().err
@@ -306,3 +315,24 @@ def test_auto_checks_per_coordinate_for_few_parameters():
     res = fit(SPEC, st, log=lambda s: None)
     assert [c["name"] for c in res.checks[0]] != ["dir"] * len(res.checks[0])
     assert len(res.checks[0]) == 6  # one per coordinate: 6 <= AUTO_COORDS
+
+
+def test_the_tuner_is_the_one_given_else_the_deployments_for_its_own_system():
+    """--method / --evals as given; without them, the deployment's tuner when the system
+    is its own (given or not), gradient for another system; a deployment's tuner is one
+    the fit knows, with a usable budget."""
+    from tuner.scenario.deployments import DEPLOYMENTS, Deployment
+
+    dep = Deployment(system="vllm-v1", fields=(), description="d", method="cmaes",
+                     evals=24)
+    assert fit_cli.tuner_of(dep, None, None, None) == ("cmaes", 24)
+    assert fit_cli.tuner_of(dep, "vllm-v1", None, None) == ("cmaes", 24)
+    assert fit_cli.tuner_of(dep, None, None, 8) == ("cmaes", 8)
+    assert fit_cli.tuner_of(dep, "odma", None, None) == ("gradient", fit_cli.EVALS)
+    assert fit_cli.tuner_of(dep, None, "tpe", None) == ("tpe", fit_cli.EVALS)
+    assert fit_cli.tuner_of(dep, "odma", "random", 5) == ("random", 5)
+    plain = Deployment(system="odma", fields=(), description="d")
+    assert fit_cli.tuner_of(plain, None, None, None) == ("gradient", fit_cli.EVALS)
+    for name, d in DEPLOYMENTS.items():
+        assert d.method in fit_cli.METHODS, name
+        assert d.evals is None or (isinstance(d.evals, int) and d.evals >= 2), name

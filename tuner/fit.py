@@ -6,7 +6,10 @@ arguments for Qwen3-8B on one H100, ShareGPT lengths, TTFT 1 s / TPOT 20 ms, a
 deployment where the policy decides goodput by issue 31's stakes criterion); ``--system``
 and every scenario flag replace its fields one by one, and ``--trace`` also its slice.
 
-``--method`` picks the tuner: ``gradient`` (default) for many interacting parameters;
+``--method`` picks the tuner; without it, the deployment's (``h100-interactive``: CMA-ES
+with 24 exact evaluations, measured best of five tuners over three workload seeds by
+``experiments/fit_methods``) unless ``--system`` names another system, and ``gradient``
+otherwise. ``gradient`` for many interacting parameters;
 ``hybrid`` (the gradient tuner started from the best of ``--explore`` 8 random exact
 samples) when the start point may sit on a plateau; ``tpe``, ``cmaes`` or ``random``
 (black-box search, ``--evals`` exact evaluations, ``tuner.search.blackbox``) for a handful of
@@ -55,10 +58,11 @@ from tuner.search.fitting import AUTO_COORDS, CHECKS, FitSettings, fit  # noqa: 
 from tuner.objective.problem import FD_SCHEMES  # noqa: E402
 from tuner.search.blackbox import SEARCH_METHODS, check_method, search_fit  # noqa: E402
 
-__all__ = ["METHODS", "EXIT_CODES", "main", "check_out"]
+__all__ = ["METHODS", "EVALS", "EXIT_CODES", "main", "check_out", "tuner_of"]
 
 METHODS = ("gradient", "hybrid", *SEARCH_METHODS)
 HYBRID_EXPLORE = 8  # --explore of --method hybrid unless given
+EVALS = 64  # --evals of a search method unless given (or the deployment's)
 # verdicts that export nothing without --export-anyway, and the fit's exit code for each
 EXIT_CODES = {"loss": 3, "undetermined": 4}
 # a deployment's fields that describe its own trace: dropped when --trace names another
@@ -78,16 +82,19 @@ def _args(argv):
     ap.add_argument("--system", default=None,
                     help="the system to tune (default: the deployment's)")
     # checked in main (one "error:" line, exit 2), not by argparse's choices
-    ap.add_argument("--method", default="gradient",
+    ap.add_argument("--method", default=None,
                     metavar="{" + ",".join(METHODS) + "}",
-                    help="gradient (default): many interacting parameters; hybrid: "
+                    help="default: the deployment's tuner (h100-interactive: cmaes, 24 "
+                    "evaluations, by experiments/fit_methods) unless --system names "
+                    "another system, else gradient; gradient: many interacting "
+                    "parameters; hybrid: "
                     f"gradient from the best of --explore ({HYBRID_EXPLORE}) random "
                     "exact samples; tpe, cmaes, random: black-box search for a handful "
                     "of parameters or a flat/jagged exact objective; guided: CMA-ES "
                     "steered by the relaxed gradient")
-    ap.add_argument("--evals", type=int, default=64,
+    ap.add_argument("--evals", type=int, default=None,
                     help="exact evaluations of a search method (tpe, cmaes, random, "
-                    "guided)")
+                    f"guided; default {EVALS}, or the deployment's with its tuner)")
     ap.add_argument("--objective", default=d.objective,
                     help="preset or spec (default: goodput_rps; e.g. 'tps_mig' = "
                     "'tps,migration_rate<=0.005')")
@@ -237,6 +244,19 @@ def _logged(args, t0: float) -> int:
     return rc
 
 
+def tuner_of(dep, system: str | None, method: str | None,
+             evals: int | None) -> tuple[str, int]:
+    """The tuner and its exact evaluations: those given, else the deployment's own
+    (``dep.method``, ``dep.evals``) when ``system`` is its system or not given, else
+    ``gradient``; evaluations default to :data:`EVALS`."""
+    own = system in (None, dep.system)
+    if method is None:
+        method = dep.method if own else "gradient"
+        if evals is None and own:
+            evals = dep.evals
+    return method, EVALS if evals is None else evals
+
+
 def _command(argv) -> list[str] | None:
     """The command line of a call through :func:`main` (None: ``sys.argv``)."""
     return None if argv is None else ["python3", "-m", "tuner.fit", *argv]
@@ -252,6 +272,8 @@ def _main(args, t0: float, provenance_out: dict | None = None,
         print(f"warning: {s}", file=sys.stderr)
     d = FitSettings()
     try:
+        dep = get_deployment(args.deployment)
+        args.method, args.evals = tuner_of(dep, args.system, args.method, args.evals)
         if args.method not in METHODS:
             raise ValueError(f"--method {args.method!r}: choose one of "
                              f"{', '.join(METHODS)}")
@@ -278,7 +300,6 @@ def _main(args, t0: float, provenance_out: dict | None = None,
         from tuner.scenario import ScenarioSpec, build_scenario
         from tuner.objective.validation import plan_windows
 
-        dep = get_deployment(args.deployment)
         if args.system is None:
             args.system = dep.system
         fields = dep.spec_fields()
