@@ -107,6 +107,45 @@ def test_what_it_cannot_interpret_is_refused_by_name(tmp_path, change, field):
     assert "config.json" in str(e.value)
 
 
+# an llm-compressor FP8 checkpoint's quantization_config (the layout of a
+# compressed-tensors "FP8-dynamic" config.json, written here)
+CT_FP8 = {"quant_method": "compressed-tensors", "format": "float-quantized",
+          "config_groups": {"group_0": {
+              "targets": ["Linear"],
+              "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+              "input_activations": {"num_bits": 8, "type": "float", "dynamic": True}}},
+          "ignore": ["lm_head"]}
+
+
+def test_compressed_tensors_fp8_weights_are_vllms_fp8(tmp_path):
+    plain = model_from_config(_write(tmp_path, LLAMA8, "plain"))
+    ct = model_from_config(_write(tmp_path, {**LLAMA8, "quantization_config": CT_FP8},
+                                  "ct"))
+    assert plain.quantization is None and ct.quantization == "fp8"
+    assert ct.spec.n_params == plain.spec.n_params
+
+
+def _group(**weights):
+    return {"group_0": {"targets": ["Linear"], "weights": weights}}
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"config_groups": _group(num_bits=4, type="int")},
+     "config_groups.group_0.weights' \\(num_bits 4, type 'int'\\)"),
+    ({"config_groups": _group(num_bits=8, type="int")}, "type 'int'"),
+    ({"config_groups": {"g": {"targets": ["re:.*mlp.*"], "weights": {}}}},
+     "config_groups.g.targets'"),
+    ({"config_groups": {}}, "config_groups' must be a non-empty object"),
+    ({"ignore": ["lm_head", "re:.*gate"]}, "ignore'"),
+    ({"kv_cache_scheme": {"num_bits": 8, "type": "float"}}, "kv_cache_scheme'"),
+])
+def test_compressed_tensors_schemes_it_cannot_count_are_refused(tmp_path, change, field):
+    cfg = {**LLAMA8, "quantization_config": {**CT_FP8, **change}}
+    with pytest.raises(ValueError, match="field 'quantization_config." ) as e:
+        model_from_config(_write(tmp_path, cfg))
+    assert e.match(field) and "config.json" in str(e.value)
+
+
 def test_bad_files(tmp_path):
     with pytest.raises(ValueError, match="no such file"):
         model_from_config(tmp_path)  # a folder without config.json

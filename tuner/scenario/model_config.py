@@ -35,8 +35,14 @@ given a default):
 - ``torch_dtype`` (or ``dtype``): bfloat16 / float16, 2 bytes per weight and KV value;
   anything else is refused;
 - ``quantization_config.quant_method``: ``fp8`` means 1-byte weights (vLLM's
-  ``--quantization fp8``, which :func:`hardware.vllm_memory_profile` models); other
-  methods (GPTQ, AWQ, compressed-tensors) are refused by name;
+  ``--quantization fp8``, which :func:`hardware.vllm_memory_profile` models);
+  ``compressed-tensors`` (llm-compressor's checkpoints, e.g. "FP8-dynamic") means the
+  same when every ``config_groups`` entry targets ``["Linear"]`` with 8-bit ``float``
+  ``weights``, ``ignore`` names at most ``lm_head`` (kept in the model dtype, as the fp8
+  profile keeps it) and ``kv_cache_scheme`` is absent or null (the per-channel scales
+  are not counted: a hidden-sized vector per matrix); any other scheme (4-bit
+  ``pack-quantized`` weights, int8, layers left unquantized, a quantized KV cache) and
+  other methods (GPTQ, AWQ) are refused naming the field;
 - ``text_config``: a multimodal wrapper's language model; refused while the wrapper
   also has a ``vision_config`` (its vision tower's weights are not counted yet).
 """
@@ -236,6 +242,39 @@ def _quantization(q, where: str) -> str | None:
     method = q.get("quant_method") if isinstance(q, dict) else None
     if method == "fp8":
         return "fp8"
+    if method == "compressed-tensors":
+        return _compressed_tensors(q, where)
     raise ValueError(f"{where}: field 'quantization_config' (quant_method {method!r}) is "
                      "not interpreted (fp8 is; GPTQ / AWQ / compressed-tensors weights "
                      "are not counted yet)")
+
+
+def _compressed_tensors(q: dict, where: str) -> str:
+    """``fp8`` for a compressed-tensors scheme whose weights are all 8-bit floats in
+    the linear layers (see the module doc); one error naming the first field that is
+    not."""
+    f = f"{where}: field 'quantization_config"
+    groups = q.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        raise ValueError(f"{f}.config_groups' must be a non-empty object "
+                         "(compressed-tensors)")
+    for name, g in groups.items():
+        if not isinstance(g, dict) or g.get("targets") != ["Linear"]:
+            raise ValueError(f"{f}.config_groups.{name}.targets' must be [\"Linear\"] "
+                             "(other targets are not interpreted)")
+        w = g.get("weights")
+        if not (isinstance(w, dict) and w.get("num_bits") == 8
+                and w.get("type") == "float"):
+            got = (f"num_bits {w.get('num_bits')!r}, type {w.get('type')!r}"
+                   if isinstance(w, dict) else repr(w))
+            raise ValueError(f"{f}.config_groups.{name}.weights' ({got}) is not "
+                             "interpreted (8-bit float weights are; 4-bit and int8 "
+                             "weights are not counted yet)")
+    ignore = q.get("ignore") or []
+    if not isinstance(ignore, list) or any(x != "lm_head" for x in ignore):
+        raise ValueError(f"{f}.ignore' {ignore!r}: only lm_head may stay unquantized "
+                         "(other layers' weights would be counted at 1 byte)")
+    if q.get("kv_cache_scheme") is not None:
+        raise ValueError(f"{f}.kv_cache_scheme' is set: a quantized KV cache from the "
+                         "checkpoint is not interpreted (give --kv-cache-dtype instead)")
+    return "fp8"
