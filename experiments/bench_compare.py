@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tuner.common.atomic import plain, write_json_atomic, write_text_atomic
+from tuner.common.atomic import (plain, unwritable_reason, write_json_atomic,
+                                 write_text_atomic)
 from experiments.results_io import stamp_markdown, stamped
 from tuner.workloads.presets import traces_dir
 
@@ -48,6 +49,20 @@ def _run(repo: Path, bench_args: list[str]) -> list[dict]:
         return json.loads((Path(tmp) / "bench_sim.json").read_text())["throughput"]
 
 
+def _commit(repo: Path) -> str | None:
+    """The baseline checkout's commit (``+dirty`` with uncommitted changes), so that the
+    result says what it was compared against; None outside git."""
+    def git(*a):
+        return subprocess.run(["git", "-C", str(repo), *a], capture_output=True,
+                              text=True)
+    head = git("rev-parse", "HEAD")
+    if head.returncode != 0:
+        return None
+    dirty = git("status", "--porcelain", "--", "hardware", "models", "tuner",
+                "experiments").stdout.strip()
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--baseline", required=True, help="checkout to compare against")
@@ -62,6 +77,11 @@ def main(argv=None) -> dict:
     if args.rounds < 1:
         print("error: --rounds must be >= 1", file=sys.stderr)
         raise SystemExit(2)
+    why = unwritable_reason(Path(args.out)) if args.out else None
+    if why:
+        print(f"error: --out {args.out}: {why}", file=sys.stderr)
+        raise SystemExit(2)
+    commit = _commit(base)
     runs: dict[tuple, dict[str, list]] = {}
     for r in range(args.rounds):
         for name, repo in (("this", ROOT), ("baseline", base)):
@@ -80,9 +100,11 @@ def main(argv=None) -> dict:
                      "ratio_median": float(np.median(ratios)),
                      "ratio_min": float(ratios.min()), "ratio_max": float(ratios.max()),
                      "runs": v})
-    res = {"baseline": str(base), "rounds": args.rounds, "bench_args": args.bench_args,
-           "cpu_count": os.cpu_count(), "rows": rows}
-    lines = [f"# bench_compare: this checkout vs {base} ({args.rounds} alternating rounds; "
+    res = {"baseline": str(base), "baseline_commit": commit, "rounds": args.rounds,
+           "bench_args": args.bench_args, "cpu_count": os.cpu_count(), "rows": rows}
+    at = f" at commit {commit[:12]}" if commit else " (not a git checkout)"
+    lines = [f"# bench_compare: this checkout vs {base}{at} ({args.rounds} alternating "
+             "rounds; "
              f"bench_sim {' '.join(args.bench_args) or '(defaults)'})", "",
              "| system | configs | devices | this cfg-it/s | baseline cfg-it/s | "
              "ratio (median) | ratio min-max |", "|---|---:|---:|---:|---:|---:|---:|"]
