@@ -68,6 +68,30 @@ def test_a_tiny_config_counted_by_hand(tmp_path):
     assert s.tie_word_embeddings and s.n_kv_heads == 1  # window off: not refused
 
 
+# Gemma-2B's shapes (google/gemma-2b config.json); published: 2.51B parameters
+GEMMA2B = {"model_type": "gemma", "num_hidden_layers": 18, "hidden_size": 2048,
+           "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256,
+           "intermediate_size": 16384, "vocab_size": 256000,
+           "max_position_embeddings": 8192, "torch_dtype": "bfloat16",
+           "hidden_act": "gelu"}
+
+
+def test_gemma_ties_embeddings_unless_told_and_needs_its_head_dim(tmp_path):
+    m = model_from_config(_write(tmp_path, GEMMA2B, "g")).spec
+    # per layer: q, o 2048 x 2048; k, v 2048 x 256; MLP 3 x 2048 x 16384; 2 norms
+    layer = 2 * 2048 * 2048 + 2 * 2048 * 256 + 3 * 2048 * 16384 + 2 * 2048
+    assert m.tie_word_embeddings and m.n_params == 18 * layer + 256000 * 2048 + 2048
+    assert round(m.n_params / 1e9, 2) == 2.51
+    assert m.kv_bytes_per_token == 2 * 18 * 1 * 256 * 2
+    assert "gemma's default" in dict(m.sources)["tie_word_embeddings"]
+    untied = model_from_config(_write(tmp_path, {**GEMMA2B, "tie_word_embeddings": False},
+                                      "u")).spec
+    assert untied.n_params == m.n_params + 256000 * 2048
+    with pytest.raises(ValueError, match="'head_dim' is missing"):
+        model_from_config(_write(tmp_path, {k: v for k, v in GEMMA2B.items()
+                                            if k != "head_dim"}, "nohd"))
+
+
 def test_moe_keeps_every_expert_and_counts_the_active_ones(tmp_path):
     s = model_from_config(_write(tmp_path, MOE)).spec
     assert (s.n_experts, s.n_experts_per_token, s.intermediate_size) == (8, 2, 32)

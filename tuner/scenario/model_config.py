@@ -20,10 +20,10 @@ given a default):
   these layouts document;
 - ``head_dim``: explicit head width; absent means ``hidden_size /
   num_attention_heads`` for the Llama, Mistral, Mixtral and Qwen2 layouts (their
-  classes derive it so); required for Qwen3 and Qwen3-MoE (their classes default to
-  128, which a config of another width would silently contradict);
+  classes derive it so); required for Qwen3, Qwen3-MoE and Gemma (their classes default
+  to 128 / 256, which a config of another width would silently contradict);
 - ``tie_word_embeddings``: the LM head shares the embedding matrix; absent means
-  false (the default of each of these layouts' configuration classes);
+  the layout's configuration class default: false, except Gemma (true);
 - ``attention_bias`` (Llama, Mistral): q/k/v/o biases; only false is interpreted;
 - ``num_local_experts`` (Mixtral) / ``num_experts`` (Qwen3-MoE) and
   ``num_experts_per_tok``: routed experts and the top-k each token uses;
@@ -60,6 +60,11 @@ __all__ = ["LAYOUTS", "ConfigModel", "model_from_config", "is_config_path"]
 
 # model_type -> (layout note, QKV bias, per-head q/k norm, MoE, head_dim derivable)
 LAYOUTS = {
+    # Gemma (v1): the Llama layout's matrices (a gated GeLU MLP has the same three),
+    # two RMSNorms a layer, tied embeddings by default; its class defaults head_dim to
+    # 256, so the config must say it
+    "gemma": ("Gemma layout: Llama layout, gated GeLU MLP, tied embeddings", False, False,
+              False, False),
     "llama": ("Llama layout: no biases, SwiGLU, RMSNorm", False, False, False, True),
     "mistral": ("Mistral layout = Llama layout", False, False, False, True),
     "mixtral": ("Mixtral layout: Llama attention, SwiGLU experts with a router", False,
@@ -70,6 +75,7 @@ LAYOUTS = {
                   False, True, True, False),
 }
 _DTYPES = {"bfloat16": 2, "float16": 2}
+_TIED = frozenset({"gemma"})  # layouts whose configuration class ties by default
 
 
 @dataclass(frozen=True)
@@ -160,7 +166,7 @@ def _interpret(cfg: dict, where: str, p: Path) -> ConfigModel:
                              f"{h} is not a multiple of num_attention_heads {nh}")
         hd = h // nh
     vocab, maxpos = field("vocab_size"), field("max_position_embeddings")
-    tied = field("tie_word_embeddings", bool, required=False, default=False)
+    tied = field("tie_word_embeddings", bool, required=False, default=mt in _TIED)
     experts = per_tok = 0
     if moe:
         experts = field("num_local_experts" if mt == "mixtral" else "num_experts")
@@ -192,7 +198,10 @@ def _interpret(cfg: dict, where: str, p: Path) -> ConfigModel:
                                  f"intermediate_size={inter}",
             "vocab_size": f"vocab_size={vocab}",
             "max_position": f"max_position_embeddings={maxpos}",
-            "tie_word_embeddings": f"tie_word_embeddings={str(tied).lower()}",
+            "tie_word_embeddings": (f"tie_word_embeddings={str(tied).lower()}"
+                                    if "tie_word_embeddings" in cfg else
+                                    f"tie_word_embeddings absent: {mt}'s default, "
+                                    f"{str(tied).lower()}"),
             "dtype_bytes": f"torch_dtype={dt}: {_DTYPES[dt]} bytes",
             "n_params": f"counted from the config's shapes ({layout}; "
                         f"hardware._model_presets.count_params) = {n:,}"}
