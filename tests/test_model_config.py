@@ -110,6 +110,53 @@ def test_text_config_of_a_wrapper(tmp_path):
                                             "torch_dtype": "bfloat16"}, "vl"))
 
 
+# Mistral-Small-3.1-24B's shapes (mistralai/Mistral-Small-3.1-24B-Instruct-2503
+# config.json: a mistral3 wrapper, its text model and a pixtral vision tower); its
+# published parameter count, 24,011,361,280, is the one keras-hub's preset lists
+MISTRAL3 = {"model_type": "mistral3", "multimodal_projector_bias": False,
+            "spatial_merge_size": 2, "vision_feature_layer": -1,
+            "torch_dtype": "bfloat16",
+            "text_config": {"model_type": "mistral", "num_hidden_layers": 40,
+                            "hidden_size": 5120, "num_attention_heads": 32,
+                            "num_key_value_heads": 8, "head_dim": 128,
+                            "intermediate_size": 32768, "vocab_size": 131072,
+                            "max_position_embeddings": 131072, "sliding_window": None},
+            "vision_config": {"model_type": "pixtral", "num_hidden_layers": 24,
+                              "hidden_size": 1024, "num_attention_heads": 16,
+                              "head_dim": 64, "intermediate_size": 4096,
+                              "patch_size": 14, "num_channels": 3}}
+
+
+def test_a_pixtral_tower_is_resident_weight_not_text_flops(tmp_path):
+    m = model_from_config(_write(tmp_path, MISTRAL3)).spec
+    assert m.n_params == 24_011_361_280
+    # the tower by hand: patch conv, pre-norm, 24 layers, then the projector's norm,
+    # patch merger and two linears into the 5,120-wide text model
+    tower = 3 * 14 * 14 * 1024 + 1024 + 24 * (4 * 1024 * 1024 + 3 * 1024 * 4096
+                                              + 2 * 1024)
+    projector = 1024 + 4 * 1024 * 1024 + 1024 * 5120 + 5120 * 5120
+    assert m.n_active_params == m.n_params - tower - projector
+    assert "pixtral" in dict(m.sources)["n_params"]
+    assert "profiling run" in model_from_config(_write(tmp_path, MISTRAL3, "n")).notes[0]
+    assert model_from_config(_write(tmp_path, LLAMA8, "l")).notes == ()
+    biased = model_from_config(_write(
+        tmp_path, {**MISTRAL3, "multimodal_projector_bias": True}, "b")).spec
+    assert biased.n_params == m.n_params + 2 * 5120
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"vision_config": {**MISTRAL3["vision_config"], "model_type": "siglip"}},
+     "'vision_config' \\(model_type 'siglip'"),
+    ({"model_type": "llava"}, "in a 'llava' wrapper"),
+    ({"vision_feature_layer": -2}, "'vision_feature_layer' -2"),
+    ({"vision_config": {**MISTRAL3["vision_config"], "patch_size": 0}},
+     "vision_config: field 'patch_size'"),
+])
+def test_vision_towers_it_cannot_count_are_refused(tmp_path, change, field):
+    with pytest.raises(ValueError, match=field):
+        model_from_config(_write(tmp_path, {**MISTRAL3, **change}))
+
+
 @pytest.mark.parametrize("change, field", [
     ({"num_hidden_layers": None}, "'num_hidden_layers' is missing"),
     ({"hidden_size": -4096}, "'hidden_size' must be a positive integer"),

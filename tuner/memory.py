@@ -128,6 +128,8 @@ def main(argv=None) -> int:
         if is_config_path(model):
             read = model_from_config(model)
             model = read.spec
+            for n in read.notes:
+                print(f"note: {n}", file=sys.stderr)
             if args.quantization is None:
                 quant = read.quantization
             elif quant != read.quantization:

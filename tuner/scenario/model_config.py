@@ -43,8 +43,12 @@ given a default):
   are not counted: a hidden-sized vector per matrix); any other scheme (4-bit
   ``pack-quantized`` weights, int8, layers left unquantized, a quantized KV cache) and
   other methods (GPTQ, AWQ) are refused naming the field;
-- ``text_config``: a multimodal wrapper's language model; refused while the wrapper
-  also has a ``vision_config`` (its vision tower's weights are not counted yet).
+- ``text_config``: a multimodal wrapper's language model; with a ``vision_config``,
+  the vision tower's and projector's weights are counted into the resident weights
+  (not into a text token's FLOPs) for Mistral3's Pixtral tower only (see
+  :func:`_vision_params`; another tower is refused by name). The share of the vision
+  encoder in vLLM's profiling run (its activation peak with dummy images) is not
+  modelled.
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ class ConfigModel:
     spec: LLMSpec
     quantization: str | None
     path: str
+    notes: tuple[str, ...] = ()  # what the profile does not model for this model
 
 
 def is_config_path(value: str) -> bool:
@@ -121,22 +126,71 @@ def model_from_config(path) -> ConfigModel:
     p = _file(path)
     cfg = _load(p)
     where = str(p)
+    vision = None
     if "text_config" in cfg:
-        if "vision_config" in cfg:
-            raise ValueError(f"{where}: field 'vision_config': a multimodal model's "
-                             "vision tower is not counted yet (its weights would be "
-                             "missing from the memory profile)")
         if not isinstance(cfg["text_config"], dict):
             raise ValueError(f"{where}: field 'text_config' must be an object")
+        if "vision_config" in cfg:
+            vision = _vision_params(cfg, where)
         outer, cfg = cfg, {**cfg["text_config"]}
         for k in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"):
             if k not in cfg and k in outer:
                 cfg[k] = outer[k]
         where += " text_config"
-    return _interpret(cfg, where, p)
+    return _interpret(cfg, where, p, vision)
 
 
-def _interpret(cfg: dict, where: str, p: Path) -> ConfigModel:
+def _pos_int(d: dict, name: str, where: str) -> int:
+    v = d.get(name)
+    if not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
+        raise ValueError(f"{where}: field '{name}' must be a positive integer, got {v!r}")
+    return v
+
+
+def _vision_params(cfg: dict, where: str) -> tuple[int, str]:
+    """Parameters of a multimodal wrapper's vision tower and projector, with how they
+    were counted. Interpreted: Mistral3's Pixtral tower (``model_type`` ``mistral3``,
+    ``vision_config.model_type`` ``pixtral``): a bias-free patch convolution
+    (``num_channels x patch_size^2 x hidden``), a pre-norm, ``num_hidden_layers`` layers
+    of attention (q, k, v, o: ``4 x hidden x num_attention_heads x head_dim``), a gated
+    MLP (``3 x hidden x intermediate_size``) and two RMSNorms, then the projector: a
+    norm, the patch merger (``hidden x spatial_merge_size^2 -> hidden``) and two linear
+    layers to and within the text width (biases with ``multimodal_projector_bias``).
+    Anything else is refused naming the field."""
+    vc = cfg["vision_config"]
+    vw = f"{where} vision_config"
+    if not isinstance(vc, dict):
+        raise ValueError(f"{where}: field 'vision_config' must be an object")
+    if cfg.get("model_type") != "mistral3" or vc.get("model_type") != "pixtral":
+        raise ValueError(
+            f"{where}: field 'vision_config' (model_type {vc.get('model_type')!r} in a "
+            f"{cfg.get('model_type')!r} wrapper): only Mistral3's pixtral tower is "
+            "counted (another tower's weights would be missing from the memory profile)")
+    if cfg.get("vision_feature_layer", -1) != -1:
+        raise ValueError(f"{where}: field 'vision_feature_layer' "
+                         f"{cfg['vision_feature_layer']!r}: only -1 (every layer loaded) "
+                         "is interpreted")
+    h, inter = _pos_int(vc, "hidden_size", vw), _pos_int(vc, "intermediate_size", vw)
+    layers, heads = _pos_int(vc, "num_hidden_layers", vw), _pos_int(
+        vc, "num_attention_heads", vw)
+    hd = vc.get("head_dim") or h // heads
+    patch, ch = _pos_int(vc, "patch_size", vw), _pos_int(vc, "num_channels", vw)
+    merge = _pos_int(cfg, "spatial_merge_size", where)
+    text_h = _pos_int(cfg["text_config"], "hidden_size", f"{where} text_config")
+    bias = cfg.get("multimodal_projector_bias", False)
+    if not isinstance(bias, bool):
+        raise ValueError(f"{where}: field 'multimodal_projector_bias' must be true or "
+                         f"false, got {bias!r}")
+    tower = ch * patch * patch * h + h + layers * (
+        4 * h * heads * hd + 3 * h * inter + 2 * h)
+    projector = h + h * merge * merge * h + h * text_h + text_h * text_h \
+        + (2 * text_h if bias else 0)
+    n = tower + projector
+    return n, (f"vision_config (pixtral: {layers} layers, hidden {h}, MLP {inter}, "
+               f"patch {patch}) and projector (merge {merge}) = {n:,}")
+
+
+def _interpret(cfg: dict, where: str, p: Path, vision=None) -> ConfigModel:
     def field(name, kind=int, required=True, default=None):
         if name not in cfg or cfg[name] is None:
             if required:
@@ -185,6 +239,8 @@ def _interpret(cfg: dict, where: str, p: Path) -> ConfigModel:
     try:
         n = count_params(**shape)
         active = count_params(**shape, active=True) if experts else None
+        if vision is not None:  # resident weights; a text token's FLOPs skip the tower
+            active, n = (active or n), n + vision[0]
     except (TypeError, ValueError) as e:
         raise ValueError(f"{where}: {e}") from None
     src = f"{p}"
@@ -209,6 +265,9 @@ def _interpret(cfg: dict, where: str, p: Path) -> ConfigModel:
         cite["n_experts"] = f"experts={experts}"
         cite["n_experts_per_token"] = f"num_experts_per_tok={per_tok}"
         cite["n_active_params"] = f"counted with {per_tok} of {experts} experts = {active:,}"
+    if vision is not None:
+        cite["n_params"] += f" including the {vision[1]}"
+        cite["n_active_params"] = f"the language model's parameters = {active:,}"
     name = cfg.get("_name_or_path") or p.parent.name or p.stem
     spec = LLMSpec(name=f"{name} (config.json)", n_layers=L, hidden_size=h, n_heads=nh,
                    n_kv_heads=kv, head_dim=hd, intermediate_size=inter,
@@ -216,7 +275,11 @@ def _interpret(cfg: dict, where: str, p: Path) -> ConfigModel:
                    max_position=maxpos, tie_word_embeddings=tied, n_experts=experts,
                    n_experts_per_token=per_tok, n_active_params=active,
                    sources=tuple((k, f"{src}: {v}") for k, v in cite.items()))
-    return ConfigModel(spec=spec, quantization=quant, path=str(p))
+    notes = () if vision is None else (
+        f"{p}: the vision tower's weights are counted; its share of vLLM's profiling "
+        "run (the encoder on dummy images) is not, so the KV cache may be smaller than "
+        "predicted",)
+    return ConfigModel(spec=spec, quantization=quant, path=str(p), notes=notes)
 
 
 def _refuse_unread(cfg: dict, where: str, mt: str) -> None:
