@@ -66,14 +66,26 @@ def sglang_kv_tokens(m: LLMSpec, *, tp: int, mem_fraction_static: float,
                      total_gib: float, available_gib: float, page_size: int = 1,
                      kv_cache_dtype: str = "auto") -> int:
     """``max_total_num_tokens`` from the two free-memory readings (GiB) SGLang takes."""
-    _check_fraction(mem_fraction_static)
-    rest = available_gib - total_gib * (1.0 - mem_fraction_static)
+    return _tokens(_pool_gib(mem_fraction_static, total_gib, available_gib),
+                   _cell_bytes(m, tp, kv_cache_dtype), page_size)
+
+
+def _tokens(pool_gib: float, cell_bytes: float, page_size: int) -> int:
+    """Whole cells of the pool, rounded down to whole pages."""
+    return math.floor(pool_gib * GiB / cell_bytes) // page_size * page_size
+
+
+def _pool_gib(f: float, total_gib: float, available_gib: float) -> float:
+    """The KV pool SGLang sizes (GiB): what is free after the weights less the share of
+    the starting free memory that ``mem_fraction_static`` keeps out; ValueError when
+    nothing is left (SGLang refuses to start)."""
+    _check_fraction(f)
+    rest = available_gib - total_gib * (1.0 - f)
     if rest <= 0:
-        raise ValueError(f"field 'mem_fraction_static' {mem_fraction_static:g}: leaves "
-                         f"no KV pool (the weights take {total_gib - available_gib:.2f} "
-                         f"of {total_gib:.2f} GiB; SGLang refuses: raise it)")
-    n = math.floor(rest * GiB / _cell_bytes(m, tp, kv_cache_dtype))
-    return n // page_size * page_size
+        raise ValueError(f"field 'mem_fraction_static' {f:g}: leaves no KV pool (the "
+                         f"weights take {total_gib - available_gib:.2f} of "
+                         f"{total_gib:.2f} GiB; SGLang refuses: raise it)")
+    return rest
 
 
 def _check_fraction(f) -> None:
@@ -116,7 +128,6 @@ def sglang_memory_profile(device, model, *, tp: int = 1,
                          "the device's memory")
     f = default_mem_fraction_static(tp) if mem_fraction_static is None \
         else mem_fraction_static
-    _check_fraction(f)
     weights = vllm_memory_profile(dev, m, tp=tp, quantization=quantization,
                                   max_model_len=min(m.max_position, 4096),
                                   strict=False).weights_bytes / GiB
@@ -125,11 +136,9 @@ def sglang_memory_profile(device, model, *, tp: int = 1,
     if avail <= 0:
         raise ValueError(f"field 'model': its weights ({weights:.2f} GiB per device) do "
                          f"not fit the {total:.2f} GiB free on {dev.name} at tp={tp}")
-    n = sglang_kv_tokens(m, tp=tp, mem_fraction_static=f, total_gib=total,
-                         available_gib=avail, page_size=page_size,
-                         kv_cache_dtype=kv_cache_dtype)
+    pool = _pool_gib(f, total, avail)
     cell = _cell_bytes(m, tp, kv_cache_dtype)
+    n = _tokens(pool, cell, page_size)
     return SglangProfile(model=m.name, device=dev.name, tp=tp, mem_fraction_static=f,
                          total_gib=total, weights_gib=weights, available_gib=avail,
-                         kv_pool_gib=avail - total * (1 - f), cell_bytes=cell,
-                         max_total_num_tokens=n)
+                         kv_pool_gib=pool, cell_bytes=cell, max_total_num_tokens=n)
