@@ -140,10 +140,19 @@ def model_from_config(path) -> ConfigModel:
     return _interpret(cfg, where, p, vision)
 
 
-def _pos_int(d: dict, name: str, where: str) -> int:
-    v = d.get(name)
-    if not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
-        raise ValueError(f"{where}: field '{name}' must be a positive integer, got {v!r}")
+def _field(d: dict, name: str, where: str, kind=int, required=True, default=None):
+    """``d[name]``: a positive integer (or with ``kind=bool`` true / false); absent or
+    null gives ``default`` unless ``required``; one ValueError naming the field."""
+    if name not in d or d[name] is None:
+        if required:
+            raise ValueError(f"{where}: field '{name}' is missing")
+        return default
+    v = d[name]
+    ok = (isinstance(v, bool) if kind is bool
+          else isinstance(v, int) and not isinstance(v, bool) and v > 0)
+    if not ok:
+        want = "true or false" if kind is bool else "a positive integer"
+        raise ValueError(f"{where}: field '{name}' must be {want}, got {v!r}")
     return v
 
 
@@ -170,17 +179,15 @@ def _vision_params(cfg: dict, where: str) -> tuple[int, str]:
         raise ValueError(f"{where}: field 'vision_feature_layer' "
                          f"{cfg['vision_feature_layer']!r}: only -1 (every layer loaded) "
                          "is interpreted")
-    h, inter = _pos_int(vc, "hidden_size", vw), _pos_int(vc, "intermediate_size", vw)
-    layers, heads = _pos_int(vc, "num_hidden_layers", vw), _pos_int(
+    h, inter = _field(vc, "hidden_size", vw), _field(vc, "intermediate_size", vw)
+    layers, heads = _field(vc, "num_hidden_layers", vw), _field(
         vc, "num_attention_heads", vw)
-    hd = vc.get("head_dim") or h // heads
-    patch, ch = _pos_int(vc, "patch_size", vw), _pos_int(vc, "num_channels", vw)
-    merge = _pos_int(cfg, "spatial_merge_size", where)
-    text_h = _pos_int(cfg["text_config"], "hidden_size", f"{where} text_config")
-    bias = cfg.get("multimodal_projector_bias", False)
-    if not isinstance(bias, bool):
-        raise ValueError(f"{where}: field 'multimodal_projector_bias' must be true or "
-                         f"false, got {bias!r}")
+    hd = _field(vc, "head_dim", vw, required=False, default=h // heads)
+    patch, ch = _field(vc, "patch_size", vw), _field(vc, "num_channels", vw)
+    merge = _field(cfg, "spatial_merge_size", where)
+    text_h = _field(cfg["text_config"], "hidden_size", f"{where} text_config")
+    bias = _field(cfg, "multimodal_projector_bias", where, bool, required=False,
+                  default=False)
     tower = ch * patch * patch * h + h + layers * (
         4 * h * heads * hd + 3 * h * inter + 2 * h)
     projector = h + h * merge * merge * h + h * text_h + text_h * text_h \
@@ -192,17 +199,7 @@ def _vision_params(cfg: dict, where: str) -> tuple[int, str]:
 
 def _interpret(cfg: dict, where: str, p: Path, vision=None) -> ConfigModel:
     def field(name, kind=int, required=True, default=None):
-        if name not in cfg or cfg[name] is None:
-            if required:
-                raise ValueError(f"{where}: field '{name}' is missing")
-            return default
-        v = cfg[name]
-        ok = (isinstance(v, bool) if kind is bool
-              else isinstance(v, int) and not isinstance(v, bool) and v > 0)
-        if not ok:
-            want = "true or false" if kind is bool else "a positive integer"
-            raise ValueError(f"{where}: field '{name}' must be {want}, got {v!r}")
-        return v
+        return _field(cfg, name, where, kind, required, default)
 
     mt = cfg.get("model_type")
     if mt not in LAYOUTS:
