@@ -27,7 +27,9 @@ as ``tuner.fit`` splits a slice):
   relaxed gradient is flat), started from vLLM's defaults;
 - ``guided``, ``cmaes`` and ``tpe``: ``tuner.search.blackbox.search_fit`` (what
   ``tuner.fit --method`` runs) with ``--evals`` exact evaluations each, started from
-  vLLM's defaults.
+  vLLM's defaults, their first generation auto_tune's grid as ``tuner.fit`` does
+  (``tuner.search.engine_grid``; its 8 settings are 8 of the ``--evals``);
+  ``cmaes-nogrid``: CMA-ES without it (``tuner.fit --no-grid``), what the grid adds.
 
 Each method's policy is then validated in exact mode on the held-out windows x held-out
 seeds (:func:`tuner.objective.validation.validate`): the mean goodput with its 95%
@@ -60,24 +62,19 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments import engine_map  # noqa: E402
+from tuner.search.engine_grid import (AUTO_TUNE_SEQS, AUTO_TUNE_TOKENS,  # noqa: E402
+                                      AUTO_TUNE_UTIL, auto_tune_grid)
 from experiments.results_io import pick_cases, png_metadata, write_result  # noqa: E402
 from tuner.common import compile_cache  # noqa: E402
 from tuner.common.atomic import unwritable_reason  # noqa: E402
 
-__all__ = ["CASES", "AUTO_TUNE_SEQS", "AUTO_TUNE_TOKENS", "auto_tune_util", "main",
-           "render", "run_case"]
+__all__ = ["CASES", "main", "render", "run_case"]
 
 SYSTEM = "vllm-v1"
 OBJECTIVE = "goodput_rps"
 N = 1000
 SLOTS = 512
 PROFILES = Path(__file__).resolve().parent / "results" / "calibrate_check"
-# vLLM benchmarks/auto_tune/auto_tune.sh: NUM_SEQS_LIST="128 256",
-# NUM_BATCHED_TOKENS_LIST="512 1024 2048 4096"; gpu_memory_utilization from 0.98 down
-# by 0.01 until the server starts (../shared/reference/TUNING-METHODS.md)
-AUTO_TUNE_SEQS = (128, 256)
-AUTO_TUNE_TOKENS = (512, 1024, 2048, 4096)
-AUTO_TUNE_UTIL = (0.98, 0.01)
 # (name, ScenarioSpec fields, description)
 CASES = (
     ("h100-sharegpt-tpot20", dict(trace="sharegpt", hardware="h100.profile.json",
@@ -108,30 +105,15 @@ CASES = (
      "Qwen3-8B on the calibrated A100 80GB, Mooncake conversation; SLOs 5x the "
      "uncontended TTFT / TPOT"),
 )
-METHODS = ("default", "auto_tune", "gradient", "guided", "cmaes", "tpe")
-SEARCHES = ("gradient", "guided", "cmaes", "tpe")  # started from vLLM's defaults
+METHODS = ("default", "auto_tune", "gradient", "guided", "cmaes", "cmaes-nogrid", "tpe")
+# started from vLLM's defaults; the black-box ones (but cmaes-nogrid) with auto_tune's
+# grid as their first generation
+SEARCHES = ("gradient", "guided", "cmaes", "cmaes-nogrid", "tpe")
 QUICK = dict(n_requests=300)
 
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def auto_tune_util(system, deployment, seqs: int, tokens: int) -> tuple[float, list]:
-    """auto_tune's memory utilisation for one setting: 0.98, lowered by 0.01 while the
-    server would not start (the system's predicted refusal); with the reasons met."""
-    u, step = AUTO_TUNE_UTIL
-    met = []
-    while u > 0.5:
-        p = {"max_num_seqs": float(seqs), "max_num_batched_tokens": float(tokens),
-             "gpu_memory_utilization": round(u, 2)}
-        why = system.refusal(deployment, {**p, "block_size": 16.0})
-        if why is None:
-            return round(u, 2), met
-        met.append(why[1])
-        u -= step
-    raise SystemExit(f"auto_tune: no gpu_memory_utilization from 0.98 down starts "
-                     f"{seqs} / {tokens}: {met[-1]}")
 
 
 def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
@@ -162,16 +144,11 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
 
     # auto_tune: its grid, its utilisation rule, scored on the training windows
     t0 = time.perf_counter()
-    grid, stepped = [], {}
-    for s in AUTO_TUNE_SEQS:
-        for k in AUTO_TUNE_TOKENS:
-            u, met = auto_tune_util(system, whole.deployment, s, k)
-            # auto_tune sets these three; every other argument (block size, the
-            # long-prefill threshold: vLLM's 0, off) stays at the system's default
-            grid.append({**default, "max_num_seqs": float(s),
-                         "max_num_batched_tokens": float(k), "gpu_memory_utilization": u})
-            if met:
-                stepped[f"{s}/{k}"] = {"util": u, "steps": len(met), "first": met[0]}
+    # auto_tune sets three arguments; every other one (block size, the long-prefill
+    # threshold: vLLM's 0, off) stays at the system's default
+    grid, stepped = auto_tune_grid(system, whole.deployment, default)
+    if not grid:
+        raise SystemExit(f"{name}: no auto_tune setting starts: {stepped}")
     train = [build_scenario(w) for w in win.train]
     res = evaluate_many([(tuple(train), SYSTEM, p) for p in grid], objective=OBJECTIVE,
                         log=_log)
@@ -196,7 +173,10 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
                                listeners=[lambda c, th, v: exact.append(v)])
             n_exact = len(exact)
         else:  # guided: its gradients charged to fit.steps at their measured cost
-            fit = search_fit(list(win.train), st, method, evals, log=_log)
+            plain = method.removesuffix("-nogrid")
+            fit = search_fit(list(win.train), st, plain, evals, log=_log,
+                             first=None if plain != method else grid,
+                             first_note="settings of vLLM's auto_tune grid")
             n_exact = fit.steps
         # cost: exact evaluations of the training problem (each a fixed-horizon rate
         # ladder on every training window) and the slot-iterations they simulated
@@ -339,7 +319,9 @@ def render(res: dict) -> str:
           "tuner.fit's default tuner (relaxed gradient steps besides its exact "
           "evaluations: its search seconds count them); `guided` is CMA-ES steered by "
           "the relaxed gradient, each gradient charged as exact evaluations at its "
-          "measured cost. Threshold `off`: at or above the token budget, vLLM's "
+          "measured cost. `guided`, `cmaes` and `tpe` evaluate auto_tune's grid as "
+          "their first generation (8 of their exact evaluations), as tuner.fit does; "
+          "`cmaes-nogrid` is CMA-ES without it. Threshold `off`: at or above the token budget, vLLM's "
           "default.", ""]
     for name, c in res["cases"].items():
         L += [f"## {name}", "", f"{c['description']}; {c['windows']}; SLOs TTFT "
@@ -405,7 +387,7 @@ def main(argv=None) -> int:
 
     try:
         for m in SEARCHES[1:]:
-            check_method(m, args.evals)
+            check_method(m.removesuffix("-nogrid"), args.evals)
     except (ValueError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

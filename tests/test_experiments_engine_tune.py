@@ -1,6 +1,6 @@
-"""experiments/engine_tune.py: auto_tune's memory-utilisation rule steps down exactly
-while the server would not start, bad arguments stop before any work, and (slow) a quick
-case validates every method on the same held-out samples."""
+"""experiments/engine_tune.py: bad arguments stop before any work, and (slow) a quick
+case validates every method on the same held-out samples (auto_tune's rule itself:
+tests/test_engine_grid.py)."""
 
 import json
 
@@ -10,21 +10,6 @@ import pytest
 import hardware
 from experiments import engine_tune
 from models import get_system
-
-
-def test_auto_tune_util_steps_down_from_098_until_the_server_starts():
-    spec = get_system("vllm-v1")
-    h100 = hardware.make_deployment("h100-80gb", "qwen3-8b", tp=1, engine="vllm-v1")
-    assert engine_tune.auto_tune_util(spec, h100, 128, 512) == (0.98, [])
-    # an A100 40GB keeps 0.8 GiB beside 0.98 of its memory: less than the ~1 GiB of
-    # CUDA graphs vLLM captures after the KV cache, so auto_tune steps to 0.97
-    a100 = hardware.make_deployment("a100-40gb", "qwen3-8b", tp=1, engine="vllm-v1",
-                                    engine_args={"max_model_len": 8192})
-    u, met = engine_tune.auto_tune_util(spec, a100, 128, 512)
-    assert u == 0.97 and len(met) == 1 and "CUDA graphs" in met[0]
-    p = {"max_num_seqs": 128.0, "max_num_batched_tokens": 512.0, "block_size": 16.0}
-    assert spec.refusal(a100, {**p, "gpu_memory_utilization": 0.98}) is not None
-    assert spec.refusal(a100, {**p, "gpu_memory_utilization": 0.97}) is None
 
 
 @pytest.mark.parametrize("argv, msg", [

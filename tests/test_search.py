@@ -297,3 +297,33 @@ def test_guided_injects_points_along_the_gradient_and_beats_cmaes_on_a_smooth_bo
     bowl._f = toy._f
     plain = search(bowl, "cmaes", 40, batch=6, sigma0=1.0)
     assert guided.best_value > plain.best_value
+
+
+@pytest.mark.parametrize("method", SEARCH_METHODS)
+def test_given_first_points_are_evaluated_where_they_are_right_after_the_start(method):
+    """``first`` (tuner.fit gives vLLM's auto_tune grid): evaluations 2.. are exactly the
+    given settings, one outside the box included (evaluated there, not clipped), then
+    the method's own points; the budget is unchanged; guided adds no gradient point to
+    that first generation."""
+    from tuner.search.blackbox import Flat as _Flat
+
+    p, _ = build_problem(SPEC, SETTINGS)
+    flat = _Flat(p.space)
+    toy = _Toy(p.space)
+    x0 = flat.vec(p.space.to_theta(p.space.base))
+    xs = [np.clip(x0, -4, 4) + d for d in (0.3, -0.4)]
+    xs[1][0] = 7.0  # outside the box [-5, 5]
+    first = [p.space.to_params(flat.theta(x)) for x in xs]
+    seen = []
+    toy.listeners.append(lambda c, th, v: seen.append(flat.vec(th)))
+    res = search(toy, method, 7, batch=2, first=first, seed=3)
+    assert res.evals_used == len(seen) == 7
+    np.testing.assert_allclose(seen[0], x0, rtol=1e-5)
+    for k, x in enumerate(xs):
+        np.testing.assert_allclose(seen[1 + k], x, rtol=1e-4, atol=1e-4)
+    assert not any(np.allclose(s, xs[0], atol=1e-4) for s in seen[3:])
+    if method == "guided":  # gradients only from the second generation on
+        assert toy.grads == math.ceil((7 - 1 - 2) / 2)
+    if method in ("cmaes", "guided"):
+        with pytest.raises(ValueError, match="first points for a population"):
+            search(toy, method, 7, batch=2, first=first * 2)

@@ -14,7 +14,11 @@ otherwise. ``gradient`` for many interacting parameters;
 samples) when the start point may sit on a plateau; ``tpe``, ``cmaes`` or ``random``
 (black-box search, ``--evals`` exact evaluations, ``tuner.search.blackbox``) for a handful of
 parameters or a flat or jagged exact objective; ``guided``: CMA-ES whose generations are
-steered by the relaxed gradient (two of each generation's points along it).
+steered by the relaxed gradient (two of each generation's points along it). On a system
+with vLLM's engine arguments (``vllm-v1``) a black-box search's first generation is
+vLLM's own tuning grid (``benchmarks/auto_tune``: 8 settings, ``tuner.search.engine_grid``),
+so what it finds on the training windows is at least the grid's best; ``--no-grid``
+starts it without.
 
 The slice of the trace (default: all of it) is split into ``2 * --windows`` windows
 spread over it: the fit trains on every other one, then validates tuned, default and
@@ -95,6 +99,9 @@ def _args(argv):
     ap.add_argument("--evals", type=int, default=None,
                     help="exact evaluations of a search method (tpe, cmaes, random, "
                     f"guided; default {EVALS}, or the deployment's with its tuner)")
+    ap.add_argument("--no-grid", action="store_true",
+                    help="on vllm-v1, do not make vLLM's auto_tune grid (8 settings) the "
+                    "first generation of a black-box search")
     ap.add_argument("--objective", default=d.objective,
                     help="preset or spec (default: goodput_rps; e.g. 'tps_mig' = "
                     "'tps,migration_rate<=0.005')")
@@ -257,6 +264,58 @@ def tuner_of(dep, system: str | None, method: str | None,
     return method, EVALS if evals is None else evals
 
 
+GROUPED_SHARE = 0.1  # shared_instants warns from this share of requests on
+
+
+def shared_instants(whole) -> str | None:
+    """A warning when at least 10% of the slice's requests arrive at an instant another
+    request shares (Mooncake's conversation trace: 1,000 requests at 111 instants): a
+    rescaled rate keeps each group together, so the later requests of a group may miss
+    TTFT at every rate and goodput may rank nothing; else None."""
+    import numpy as np
+
+    wl = whole.workload
+    t = np.asarray(wl.arrival_s)[np.asarray(wl.valid)]
+    if t.size < 2:
+        return None
+    _, counts = np.unique(t, return_counts=True)
+    grouped = int(counts[counts > 1].sum())
+    if grouped < GROUPED_SHARE * t.size:
+        return None
+    return (f"{grouped} of the slice's {t.size} requests ({grouped / t.size:.0%}) share "
+            f"their arrival instant with another ({counts.size} instants, up to "
+            f"{counts.max()} requests at one): a rescaled rate keeps each group together, "
+            "so the later requests of a group may miss their TTFT at every rate and the "
+            "goodput rank no setting; an objective at the trace's own timing (e.g. "
+            "--objective slo_attainment) does not rescale it")
+
+
+def _grid(system: str, whole, evals: int, log) -> list[dict] | None:
+    """vLLM's auto_tune settings for a search of ``system`` on ``whole``'s deployment,
+    when the system has its engine arguments (and a start-up check) and ``evals`` holds
+    the start point and the grid; else None (said in the log when only the budget is
+    short)."""
+    from models import get_system
+    from tuner.search.engine_grid import auto_tune_grid, has_engine_args
+
+    spec = get_system(system)
+    if spec.refusal is None:
+        return None
+    default = spec.default_params(whole.cfg.max_len, whole.hw, whole.deployment)
+    if not has_engine_args(default):
+        return None
+    grid = auto_tune_grid(spec, whole.deployment, default)[0]
+    if not grid:
+        log("vLLM's auto_tune grid not searched first: none of its settings starts on "
+            "this deployment")
+        return None
+    if evals < 1 + len(grid):
+        log(f"vLLM's auto_tune grid not searched first: --evals {evals} < 1 + its "
+            f"{len(grid)} settings")
+        return None
+    return grid
+
+
 def _command(argv) -> list[str] | None:
     """The command line of a call through :func:`main` (None: ``sys.argv``)."""
     return None if argv is None else ["python3", "-m", "tuner.fit", *argv]
@@ -318,6 +377,9 @@ def _main(args, t0: float, provenance_out: dict | None = None,
         whole = build_scenario(win.whole)
         if parse_objective(args.objective).capacity:
             whole.check_rate_ladder(parse_objective(args.objective).spec)
+            grouped = shared_instants(whole)
+            if grouped:
+                warn(grouped)
         for w in whole.warnings:
             warn(w)
         slo = whole.slo
@@ -347,14 +409,17 @@ def _main(args, t0: float, provenance_out: dict | None = None,
 
         def count(cost, theta, v):
             exact.append(v)
+        grid = None
         if search:
             def progress(n_done, best):
                 bar.set_postfix({"best exact": f"{best:.4g}"})
                 bar.n = n_done
                 bar.refresh()
 
+            grid = None if args.no_grid else _grid(args.system, whole, args.evals, log)
             res = search_fit(list(win.train), st, args.method, args.evals, log=log,
-                             progress=progress, listeners=[count], warn=warn)
+                             progress=progress, listeners=[count], warn=warn,
+                             first=grid, first_note="settings of vLLM's auto_tune grid")
         else:
             last = {}
 
@@ -417,6 +482,7 @@ def _main(args, t0: float, provenance_out: dict | None = None,
                  "baseline": mets[ver["best_baseline"]] if baselines else mets["default"]},
         objective=parse_objective(args.objective).spec,
         tuner={"method": args.method, "evals": args.evals if search else None,
+               "first_generation": "auto_tune grid" if search and grid else None,
                "settings": st.to_dict(), "estimators": res.estimators,
                "temperature_floor": res.floor, "steps": res.steps,
                "train_objective": res.train_objective, "rates_rps": res.rates,

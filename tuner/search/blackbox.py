@@ -21,6 +21,14 @@ the problem's ``listeners`` see it and ``Problem.cost`` is charged for it.
   exact values like any sample's. A gradient costs ``Problem.grad_cost`` evaluations in
   ``Problem.cost`` and its wall time; a zero or non-finite gradient injects nothing.
 
+``first``: given settings (for ``vllm-v1``, vLLM's auto_tune grid,
+:mod:`tuner.search.engine_grid`) evaluated right after the start point as the search's
+first generation: CMA-ES's (injected, so its mean and covariance adapt to their ranks,
+and ``guided`` adds no gradient point to that generation), random search's first batch,
+TPE's first enqueued trials. They are evaluated where they are; a method that knows only
+the box is told them at their point inside it (clipped; CMA-ES's bound handling maps a
+point near the bound inward), as the start point.
+
 A search spends exactly ``evals`` exact evaluations, the start point first. When the
 budget ends inside a batch, the remaining points are evaluated one by one with the
 single-point function already compiled for the start point (``Problem.batch`` compiles
@@ -147,9 +155,13 @@ class _Run:
             self.progress(self.done, self.best)
 
 
-def _random(run: _Run, x0, box, seed, batch):
+def _random(run: _Run, x0, box, seed, batch, first=()):
     rng = np.random.default_rng(seed)
     run.one(x0)
+    for k in range(0, len(first), batch):
+        if run.left <= 0:
+            break
+        run.many(first[k:k + batch][:run.left])
     while run.left > 0:
         xs = rng.uniform(-box, box, size=(batch, len(x0)))
         run.many(xs[:run.left])
@@ -158,18 +170,23 @@ def _random(run: _Run, x0, box, seed, batch):
 GUIDE_STEPS = (1.0, 0.25)  # guided: points along the gradient, x the search's length
 
 
-def _cmaes(run: _Run, x0, box, seed, batch, sigma0, guide=None):
+def _cmaes(run: _Run, x0, box, seed, batch, sigma0, guide=None, first=()):
     import cma
 
     if batch < 2:
         raise ValueError(f"cmaes: batch (the population) must be >= 2, got {batch}")
+    if len(first) > batch:
+        raise ValueError(f"cmaes: {len(first)} first points for a population of {batch}")
     run.one(x0)
     # cma takes seed 0 as "seed from the clock": shift by one to stay reproducible
     es = cma.CMAEvolutionStrategy(np.clip(x0, -box, box), sigma0, {
         "seed": int(seed) % (2**32 - 2) + 1, "popsize": batch, "bounds": [-box, box],
         "verbose": -9})
+    given = [np.asarray(x, np.float64) for x in first]  # evaluated where they are
+    if given:
+        es.inject([np.clip(x, -box, box) for x in given], force=True)
     while run.left > 0:
-        if guide is not None:
+        if guide is not None and not given:
             g = guide(np.asarray(es.mean, np.float64))
             norm = float(np.linalg.norm(g))
             if math.isfinite(norm) and norm > 0:
@@ -178,15 +195,18 @@ def _cmaes(run: _Run, x0, box, seed, batch, sigma0, guide=None):
                 es.inject([np.clip(es.mean + f * step, -box, box) for f in steps],
                           force=True)
         xs = es.ask()
+        # the injected points come first in the generation, at their clipped point
+        at = [*given, *xs[len(given):]]
+        given = []
         if len(xs) > run.left:  # the budget ends inside this generation: not told
-            run.many(xs[:run.left])
+            run.many(at[:run.left])
             break
-        vals = run.many(xs)
+        vals = run.many(at)
         worst = run.finite_min if math.isfinite(run.finite_min) else 0.0
         es.tell(xs, [-(v if math.isfinite(v) else worst) for v in vals])  # minimises
 
 
-def _tpe(run: _Run, x0, box, seed, labels, tpe_batch):
+def _tpe(run: _Run, x0, box, seed, labels, tpe_batch, first=()):
     import optuna
     from optuna.distributions import FloatDistribution
     from optuna.trial import TrialState
@@ -201,14 +221,16 @@ def _tpe(run: _Run, x0, box, seed, labels, tpe_batch):
         dists = {k: FloatDistribution(-box, box) for k in labels}
         # TPE only knows the box: a start outside it is evaluated where it is and told
         # at its clipped point
-        study.enqueue_trial({k: float(np.clip(v, -box, box))
-                             for k, v in zip(labels, x0)})
-        first = True
+        given = [np.asarray(x, np.float64) for x in (x0, *first)]
+        for x in given:
+            study.enqueue_trial({k: float(np.clip(v, -box, box))
+                                 for k, v in zip(labels, x)})
         while run.left > 0:
             trials = [study.ask(dists) for _ in range(min(tpe_batch, run.left))]
             xs = [np.array([t.params[k] for k in labels]) for t in trials]
-            if first:
-                xs[0], first = np.asarray(x0, np.float64), False
+            for i in range(min(len(xs), len(given))):  # enqueued: evaluated where given
+                xs[i] = given[i]
+            given = given[len(xs):]
             vals = run.many(xs)
             for t, v in zip(trials, vals):
                 if math.isfinite(v):
@@ -221,7 +243,8 @@ def _tpe(run: _Run, x0, box, seed, labels, tpe_batch):
 
 def search(prob: Problem, method: str, evals: int, *, seed: int = 0, box: float = 5.0,
            start: dict | None = None, batch: int | None = None, sigma0: float = 1.0,
-           tpe_batch: int = 1, guide_t: float = 0.1, progress=None) -> SearchResult:
+           tpe_batch: int = 1, guide_t: float = 0.1, progress=None,
+           first: list[dict] | None = None) -> SearchResult:
     """Search ``prob``'s theta box with ``method`` (one of :data:`SEARCH_METHODS`) for
     exactly ``evals`` exact evaluations, the start point first.
 
@@ -231,6 +254,8 @@ def search(prob: Problem, method: str, evals: int, *, seed: int = 0, box: float 
     the size the gradient tuner's central differences compile). ``sigma0``: CMA-ES's
     initial step in theta space. ``tpe_batch``: TPE trials asked before telling (1:
     sequential). ``guide_t``: the temperature of ``guided``'s relaxed gradients.
+    ``first``: physical parameters of points evaluated right after the start point, as
+    the first generation (see the module docstring; CMA-ES: at most ``batch``).
     ``progress(n_done, best)`` is called after every call into the problem. The best
     value is the largest exact value the problem reported (a NaN never wins).
     """
@@ -246,19 +271,20 @@ def search(prob: Problem, method: str, evals: int, *, seed: int = 0, box: float 
             raise ValueError(f"search setting {name}: must be {want}")
     params = dict(space.base) if start is None else {**space.base, **start}
     x0 = flat.vec(space.to_theta(params))
+    xs_first = [flat.vec(space.to_theta({**space.base, **p})) for p in (first or ())]
     run = _Run(prob, flat, int(evals), tpe_batch if method == "tpe" else batch,
                progress)
     prob.listeners.append(run.listen)
     try:
         if method == "random":
-            _random(run, x0, box, seed, batch)
+            _random(run, x0, box, seed, batch, xs_first)
         elif method in ("cmaes", "guided"):
             def guide(x):
                 return flat.vec(prob.grad(flat.theta(x), guide_t)[1])
             _cmaes(run, x0, box, seed, batch, sigma0,
-                   guide if method == "guided" else None)
+                   guide if method == "guided" else None, xs_first)
         else:
-            _tpe(run, x0, box, seed, flat.labels, tpe_batch)
+            _tpe(run, x0, box, seed, flat.labels, tpe_batch, xs_first)
     finally:
         prob.listeners.remove(run.listen)
     assert run.done == evals, (run.done, evals)
@@ -270,7 +296,8 @@ def search(prob: Problem, method: str, evals: int, *, seed: int = 0, box: float 
 def search_fit(spec, st: FitSettings, method: str, evals: int, *, log=print,
                progress=None, listeners=(), warn=lambda s: None,
                batch: int | None = None, sigma0: float = 1.0,
-               tpe_batch: int = 1) -> FitResult:
+               tpe_batch: int = 1, first: list[dict] | None = None,
+               first_note: str = "given points") -> FitResult:
     """Tune ``st.system`` on ``spec`` (the training slice) by black-box search: the
     problem is built as :func:`tuner.search.fitting.fit` builds it (``st.crn`` seeds,
     ``st.margin``, ``st.start``, ``st.objective``), searched with ``method`` in the box
@@ -278,7 +305,8 @@ def search_fit(spec, st: FitSettings, method: str, evals: int, *, log=print,
     :class:`tuner.search.fitting.FitResult` (no estimators or temperature floor; ``history``
     has one record per exact evaluation, ``steps`` is ``evals``), so that the CLI's
     validation and export treat it as a fit. ``listeners`` receive ``(cost, theta,
-    value)`` for every exact evaluation."""
+    value)`` for every exact evaluation. ``first``: points of the first generation
+    (:func:`search`), named ``first_note`` in the log."""
     check_method(method, evals)
     st.check()
     prob, default = build_problem(spec, st, log, warn)
@@ -290,10 +318,11 @@ def search_fit(spec, st: FitSettings, method: str, evals: int, *, log=print,
     prob.listeners.extend([*listeners, record])
     n = len(space.coords())
     log(f"{method}: {evals} exact evaluations of {n} coordinate(s) in the theta box "
-        f"+-{st.box:g}, the start point first")
+        f"+-{st.box:g}, the start point first"
+        + (f", then {len(first)} {first_note}" if first else ""))
     res = search(prob, method, evals, seed=st.seed, box=st.box, batch=batch,
                  guide_t=float(np.median(st.temperatures)),
-                 sigma0=sigma0, tpe_batch=tpe_batch, progress=progress)
+                 sigma0=sigma0, tpe_batch=tpe_batch, progress=progress, first=first)
     log(f"{method}: best exact objective {res.best_value:.6g} (start "
         f"{history[0]['exact']:.6g}; n_steps {prob.n_steps})")
     return FitResult(params=space.human(space.to_params(res.best_theta)),
