@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.results_io import write_result
-from tuner.common.atomic import unwritable_reason
+from experiments.results_io import stamp_markdown, stamped
+from tuner.common.atomic import unwritable_reason, write_json_atomic, write_text_atomic
 from tuner.objective.validation import compare_paired
 
 __all__ = ["METHODS", "run_one", "summarise", "render", "main"]
@@ -46,7 +46,10 @@ METHODS = {
     "hybrid": ("--method", "hybrid"),
     "explore16-descend4": ("--method", "hybrid", "--explore", "16", "--budget", "4"),
     "random16": ("--method", "random", "--evals", "16"),
+    # its first generation vLLM's auto_tune grid (tuner.fit's default on vllm-v1) ...
     "cmaes24": ("--method", "cmaes", "--evals", "24"),
+    # ... and without it (what the grid adds)
+    "cmaes24-nogrid": ("--method", "cmaes", "--evals", "24", "--no-grid"),
 }
 EVALS_RE = re.compile(r"(\d+) exact evaluations of the training problem")
 
@@ -79,6 +82,8 @@ def run_one(method: str, seed: int, runs: Path, cache: str) -> dict:
             "baselines": {k: [float(x) for x in v["objective_per_sample"]]
                           for k, v in met["baselines"].items()},
             "outcome": pol["verdict"]["outcome"],
+            # what the child ran (tuner.fit's modules): part of this result's fingerprint
+            "sources": sorted(pol["provenance"]["sources"]["files"]),
             "params": {k: float(v) for k, v in pol["params"].items()
                        if isinstance(v, (int, float))}}
 
@@ -153,6 +158,19 @@ def render(res: dict) -> str:
     return "\n".join(L) + "\n"
 
 
+def _write(out: Path, res: dict) -> None:
+    """``fit_methods.json`` / ``.md`` stamped with a provenance whose fingerprint also
+    covers every source file the child fits loaded (``tuner.fit`` runs in a child
+    process, so this process alone would leave its modules out)."""
+    from tuner.common.provenance import provenance
+
+    files = sorted({f for r in res["runs"] for f in r.get("sources", ())})
+    doc = stamped(res, provenance(extra=tuple(files)))
+    write_json_atomic(out / "fit_methods.json", doc, sort_keys=False)
+    write_text_atomic(out / "fit_methods.md", stamp_markdown(render(res),
+                                                             doc["provenance"]))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.fit_methods",
                                  description=__doc__.split("\n\n")[0])
@@ -200,7 +218,7 @@ def main(argv=None) -> int:
                      f"{np.mean(r['default']):.3f}), {r['exact_evals']} exact evals, "
                      f"{r['wall_s']:.0f} s, verdict {r['outcome']}")
                 res.update(runs=rows, summary=summarise(rows))
-                write_result(args.out, "fit_methods", res, render)
+                _write(Path(args.out), res)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
         if not args.keep_runs:

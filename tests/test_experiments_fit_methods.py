@@ -66,3 +66,18 @@ def test_committed_result_summary_matches_its_runs():
     for m, row in doc["summary"].items():
         assert again[m]["held_out_mean"] == pytest.approx(row["held_out_mean"])
         assert again[m]["vs_default"]["diff"] == pytest.approx(row["vs_default"]["diff"])
+
+
+def test_the_fingerprint_covers_what_the_child_fits_ran(tmp_path, monkeypatch):
+    """tuner.fit runs in child processes: the result's fingerprint must still cover the
+    modules they loaded (from each child's policy provenance), not only this process's."""
+    def fake(method, seed, runs, cache):
+        return {**_row(method, seed, [5.0, 6.0], [4.0, 5.0]),
+                "sources": ["tuner/fit.py", "tuner/search/engine_grid.py"]}
+    monkeypatch.setattr(fm, "run_one", fake)
+    out = tmp_path / "out"
+    assert fm.main(["--out", str(out), "--seeds", "0", "--methods", "gradient"]) == 0
+    files = json.loads((out / "fit_methods.json").read_text())["provenance"]["sources"][
+        "files"]
+    assert {"tuner/fit.py", "tuner/search/engine_grid.py"} <= set(files)
+    assert "Made by" in (out / "fit_methods.md").read_text()
