@@ -11,6 +11,9 @@ markdown's and log's provenance line, the PNG's text metadata). A result is
 - ``stale``: some changed; the files are listed;
 - ``unverified``: its provenance was reconstructed from git history (results made
   before results carried their own), so it cannot be shown current;
+- ``historical``: stale, and kept on purpose as the "before" of a before/after pair
+  (:data:`HISTORICAL` names each such folder and why): it belongs to the sources of the
+  commit that made it and cannot be made again at a later one;
 - ``no provenance``: a defect (exit 1 with ``--strict``).
 
 ``--readme`` prints the block the README quotes between ``<!-- stale -->`` and
@@ -36,12 +39,18 @@ __all__ = ["RESULTS", "Result", "scan", "readme_block", "reconstruct", "main"]
 RESULTS = ROOT / "experiments" / "results"
 COMPANIONS = (".md", ".png", ".log", ".jsonl", ".txt", ".csv")
 BEGIN, END = "<!-- stale -->", "<!-- /stale -->"
+# result folders kept as the state before a change (stale by construction), and why
+HISTORICAL = {
+    "experiments/results/profile_gpu_before/":
+        "the GPU profile of Token-PD and KunServe before their steps were rewritten "
+        "(issue 30), kept beside profile_gpu_after/",
+}
 
 
 @dataclass
 class Result:
     path: str                      # repository-relative
-    status: str                    # current | stale | unverified | no provenance
+    status: str                    # current | stale | historical | unverified | no provenance
     commit: str | None = None
     sha: str | None = None
     command: str | None = None
@@ -73,6 +82,8 @@ def scan(root: Path = RESULTS) -> list[Result]:
         doc = _load(p)
         prov = doc.get("provenance") if isinstance(doc, dict) else None
         st, ch = _status(prov)
+        if st == "stale" and _group_of(str(p.relative_to(ROOT))) in HISTORICAL:
+            st = "historical"
         results[p] = Result(str(p.relative_to(ROOT)), st, changed=ch,
                             commit=(prov or {}).get("commit") if st != "no provenance"
                             else None,
@@ -106,7 +117,11 @@ def _problems(r: Result) -> list[str]:
 
 def _group(r: Result) -> str:
     """The folder a result lives in (a top-level file: its own stem)."""
-    rel = Path(r.path).relative_to("experiments/results")
+    return _group_of(r.path)
+
+
+def _group_of(path: str) -> str:
+    rel = Path(path).relative_to("experiments/results")
     return (f"experiments/results/{rel.parts[0]}/" if len(rel.parts) > 1
             else f"experiments/results/{rel.stem}.*")
 
@@ -116,7 +131,8 @@ def readme_block(results: list[Result]) -> str:
     groups: dict[str, list[Result]] = {}
     for r in results:
         groups.setdefault(_group(r), []).append(r)
-    order = {"no provenance": 0, "stale": 1, "unverified": 2, "current": 3}
+    order = {"no provenance": 0, "stale": 1, "unverified": 2, "historical": 3,
+             "current": 4}
     lines = [BEGIN, "", "| results | status |", "|---|---|"]
     for g, rs in sorted(groups.items()):
         worst = min((r.status for r in rs), key=order.get)
@@ -128,6 +144,8 @@ def readme_block(results: list[Result]) -> str:
         elif worst == "unverified":
             why = ("stale (unverified): made before results carried provenance; "
                    f"{at} from git history")
+        elif worst == "historical":
+            why = f"historical ({at}): {HISTORICAL[g]}"
         elif worst == "current":
             why = "current"
         else:

@@ -109,8 +109,10 @@ def test_readme_figures_name_their_result(results):
             g = (f"experiments/results/{rel.parts[0]}/" if top.is_dir()
                  else f"experiments/results/{rel.stem}.*")
             assert g in status, f"{p} belongs to no listed result ({g})"
-            if status[g] - {"current"} and "stale" not in b.lower():
+            if status[g] - {"current", "historical"} and "stale" not in b.lower():
                 bad.append(f"quotes {g} ({status[g]}) without saying stale: {b[:60]!r}")
+            if "historical" in status[g] and "historical" not in b.lower():
+                bad.append(f"quotes {g} (historical) without saying so: {b[:60]!r}")
     assert not bad, "\n".join(bad)
 
 
@@ -184,3 +186,13 @@ def test_scan_classifies(tmp_path, monkeypatch):
     again = {r.path: r for r in stale.scan(res)}
     assert again["experiments/results/good/r.json"].status == "stale"
     assert again["experiments/results/good/r.json"].changed == ["models/a.py"]
+    # a folder kept as the "before" of a before/after pair: historical, not stale, and
+    # the README block says why; only while its sources have changed
+    monkeypatch.setitem(stale.HISTORICAL, "experiments/results/good/", "the before")
+    kept = {r.path: r for r in stale.scan(res)}
+    assert kept["experiments/results/good/r.json"].status == "historical"
+    assert "| `experiments/results/good/` | historical (commit 1111111): the before |" \
+        in stale.readme_block(list(kept.values()))
+    (tmp_path / "models" / "a.py").write_text("x = 1\n")
+    assert {r.path: r for r in stale.scan(res)}[
+        "experiments/results/good/r.json"].status == "current"
