@@ -1,15 +1,18 @@
 """Stakes of a learned per-request policy (issue 31, item 5): is there goodput to win by
 an MLP that sets each request's inflation, before any method is compared on it?
 
-``python -m experiments.learned_stakes --out DIR [--cases ...] [--quick]``
+``python -m experiments.learned_stakes --out DIR [--cases ...] [--system odma|s3]
+[--requests N] [--quick]``
 
-The policy (``tuner.objective.learned``): ODMA's reservation of request ``i`` scaled by
+The policy (``tuner.objective.learned``): the system's reservation of request ``i``
+(ODMA's by default; ``--system s3``: S3's bucket of the prediction) scaled by
 ``m_i = exp(log 4 tanh(mlp(f_i)))`` of its prompt length, predicted output length and
-uncertainty; two hidden layers of 12 (217 weights); zero weights are ODMA's default.
+uncertainty; two hidden layers of 12 (217 weights); zero weights are the system's
+default.
 Per case (the built-in workload, Azure conversation lengths and times on the MLU370-X4,
 with the KV capacity cut so that memory binds) and on two workload realisations
 (prediction-error seeds) as one CRN stack, every figure is the tuner's exact objective:
-the expected goodput on the rate ladder planned from ODMA's default
+the expected goodput on the rate ladder planned from the system's default
 (``tuner.objective.problem``), so the default, the random policies, the baselines and
 the gradient descent are measured alike:
 
@@ -51,7 +54,8 @@ from tuner.common.atomic import unwritable_reason  # noqa: E402
 
 __all__ = ["CASES", "main", "render", "run_case"]
 
-SYSTEM = "odma"
+SYSTEM = "odma"  # the default --system
+SYSTEMS = ("odma", "s3")  # bucketed systems whose reservation reads the prediction
 OBJECTIVE = "goodput_expected_rps"
 N = 300
 CASES = {"kv-100k": 100_000, "kv-150k": 150_000, "kv-200k": 200_000}
@@ -84,7 +88,7 @@ def gradient_checks(prob, theta, temperatures=AGREE_T, h: float = 0.1) -> dict:
 
 
 def run_case(name: str, capacity: int, n: int, seeds: int, uniform: int, normal: int,
-             steps: int, slots: dict) -> dict:
+             steps: int, slots: dict, system: str = SYSTEM) -> dict:
     from scipy import stats
 
     from models import get_system
@@ -99,10 +103,10 @@ def run_case(name: str, capacity: int, n: int, seeds: int, uniform: int, normal:
     t0 = time.perf_counter()
     scs = [build_scenario(ScenarioSpec(n_requests=n, capacity_tokens=capacity, seed=s,
                                        **slots)) for s in range(seeds)]
-    params = get_system(SYSTEM).default_params(scs[0].cfg.max_len)
+    params = get_system(system).default_params(scs[0].cfg.max_len)
     obj = parse_objective(OBJECTIVE)
-    rates, n_steps, _ = plan_ladder(scs, SYSTEM, params)
-    prob = LearnedProblem(scs, SYSTEM, params, obj, n_steps, rates)
+    rates, n_steps, _ = plan_ladder(scs, system, params)
+    prob = LearnedProblem(scs, system, params, obj, n_steps, rates)
     flat = Flat(prob.space)
     zero = prob.space.to_theta(prob.space.base)
     default = prob.value(zero)[0]
@@ -151,12 +155,13 @@ def _tau(x) -> str:
 
 
 def render(res: dict) -> str:
-    L = ["# Stakes of a learned per-request policy (ODMA's inflation as an MLP)", "",
+    sysname = {"odma": "ODMA", "s3": "S3"}.get(res["system"], res["system"])
+    L = [f"# Stakes of a learned per-request policy ({sysname}'s inflation as an MLP)", "",
          f"System {res['system']}, objective `{res['objective']}` on the rate ladder "
-         "planned from ODMA's default (every figure on the same ladder and "
+         f"planned from {sysname}'s default (every figure on the same ladder and "
          "realisations, req/s). Policy: an MLP of (log prompt, log predicted output, u) "
          "scaling each request's predicted length by a factor in [1/4, 4]; zero "
-         "weights = ODMA's default. Criterion (issue 31): best / worst >= "
+         f"weights = {sysname}'s default. Criterion (issue 31): best / worst >= "
          f"{BEST_OVER_WORST} and best / default >= {BEST_OVER_DEFAULT}.", "",
          "| case | KV tokens | weights | default | random worst | median | best | "
          "best / worst | best / default | meets | paged | static | s3 | descent best "
@@ -198,12 +203,24 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="result folder")
     ap.add_argument("--cases", default=",".join(CASES),
                     help=f"comma-separated cases (default: all of {', '.join(CASES)})")
+    ap.add_argument("--system", default=SYSTEM,
+                    help=f"whose reservation the MLP scales: one of {', '.join(SYSTEMS)} "
+                    f"(default {SYSTEM})")
+    ap.add_argument("--requests", type=int, default=N,
+                    help=f"requests per workload realisation (default {N})")
     ap.add_argument("--quick", action="store_true", help="a small run (a test)")
     args = ap.parse_args(argv)
     try:
         names = pick_cases(args.cases, CASES)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.system not in SYSTEMS:
+        print(f"error: --system {args.system!r}: one of {', '.join(SYSTEMS)}",
+              file=sys.stderr)
+        return 2
+    if args.requests < 2:
+        print(f"error: --requests {args.requests}: must be >= 2", file=sys.stderr)
         return 2
     why = unwritable_reason(args.out)
     if why:
@@ -214,12 +231,13 @@ def main(argv=None) -> int:
 
     size = (dict(n=60, seeds=1, uniform=4, normal=4, steps=2,
                  slots=dict(n_slots=32, max_batch=32)) if args.quick else
-            dict(n=N, seeds=2, uniform=32, normal=16, steps=DESCENT_STEPS, slots={}))
-    res = {"system": SYSTEM, "objective": OBJECTIVE, "quick": args.quick,
+            dict(n=args.requests, seeds=2, uniform=32, normal=16, steps=DESCENT_STEPS,
+                 slots={}))
+    res = {"system": args.system, "objective": OBJECTIVE, "quick": args.quick,
            "jax": jax.__version__, "settings": size, "cases": {}}
     args.out.mkdir(parents=True, exist_ok=True)
     for name in names:
-        res["cases"][name] = run_case(name, CASES[name], **size)
+        res["cases"][name] = run_case(name, CASES[name], **size, system=args.system)
         write_result(args.out, "learned_stakes", res, render)
     print(render(res))
     return 0

@@ -126,6 +126,10 @@ def test_learned_stakes_refuses_bad_arguments(tmp_path, capsys):
 
     assert main(["--out", str(tmp_path / "o"), "--cases", "kv-1"]) == 2
     assert "--cases: unknown ['kv-1']" in capsys.readouterr().err
+    assert main(["--out", str(tmp_path / "o"), "--system", "paged"]) == 2
+    assert "--system 'paged': one of odma, s3" in capsys.readouterr().err
+    assert main(["--out", str(tmp_path / "o"), "--requests", "1"]) == 2
+    assert "--requests 1" in capsys.readouterr().err
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert main(["--out", str(blocker / "o")]) == 2
@@ -169,6 +173,14 @@ def test_learned_stakes_writes_and_renders_what_run_case_returns(tmp_path, monke
     assert "| kv-200k | 200,000 | 217 | 2 |" in md and "— (ties)" in md
     assert "1.500x" in md and "T = 0.3: flat 13" in md  # paged / default, checks
     assert md.rstrip().splitlines()[-1].startswith("Made by `")
+    seen = []
+    monkeypatch.setattr(ls, "run_case", lambda name, cap, **kw: seen.append(kw) or
+                        fake(name, cap, **kw))
+    assert ls.main(["--out", str(out), "--cases", "kv-100k", "--system", "s3",
+                    "--requests", "1000"]) == 0
+    assert seen[0]["system"] == "s3" and seen[0]["n"] == 1000
+    assert json.loads((out / "learned_stakes.json").read_text())["system"] == "s3"
+    assert "(S3's inflation as an MLP)" in (out / "learned_stakes.md").read_text()
 
 
 @pytest.mark.slow
