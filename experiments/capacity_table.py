@@ -169,7 +169,7 @@ def _fit_argv(case_argv: list[str], quick: bool, budget: int | None, out: Path) 
         argv += QUICK_ARGS
     if budget is not None:  # after QUICK_ARGS: the last --budget wins
         argv += ["--budget", str(budget)]
-    return argv + ["--export-anyway", "--quiet", "--out", str(out)]
+    return argv + ["--whole-slice", "--export-anyway", "--quiet", "--out", str(out)]
 
 
 def run_case(name: str, case_argv: list[str], description: str, out_dir: Path,

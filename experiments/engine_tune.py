@@ -63,7 +63,7 @@ import numpy as np  # noqa: E402
 
 from experiments import engine_map  # noqa: E402
 from tuner.search.engine_grid import (AUTO_TUNE_SEQS, AUTO_TUNE_TOKENS,  # noqa: E402
-                                      AUTO_TUNE_UTIL, auto_tune_grid)
+                                      AUTO_TUNE_UTIL, GRID_NOTE, auto_tune_grid)
 from experiments.results_io import pick_cases, png_metadata, write_result  # noqa: E402
 from tuner.common import compile_cache  # noqa: E402
 from tuner.common.atomic import unwritable_reason  # noqa: E402
@@ -176,7 +176,7 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
             plain = method.removesuffix("-nogrid")
             fit = search_fit(list(win.train), st, plain, evals, log=_log,
                              first=None if plain != method else grid,
-                             first_note="settings of vLLM's auto_tune grid")
+                             first_note=GRID_NOTE)
             n_exact = fit.steps
         # cost: exact evaluations of the training problem (each a fixed-horizon rate
         # ladder on every training window) and the slot-iterations they simulated

@@ -153,6 +153,8 @@ def _programs_text(run: dict | None) -> str:
 def render(res: dict) -> str:
     t = res["timing"]
     s = res.get("summary") or {}
+    wh_any = any(r.get("whole_slice") is not None
+                 for r in (s.get("goodput_rps") or {}).values())
     L = ["# The main job", "", f"`{res['readme_command']}` (README), run by "
          "`python3 -m experiments.main_job`.", "",
          f"- exit code {res['exit_code']}; whole process {t['wall_s']:.0f} s wall, "
@@ -165,14 +167,15 @@ def render(res: dict) -> str:
            if res.get("warm") else []),
          f"- verdict: **{s.get('verdict')}**" + (f" ({s['reason']})" if s.get("reason")
                                                   else ""), "",
-         "| policy | held-out goodput (req/s) | 95% interval | whole slice |",
-         "|---|---:|---|---:|"]
+         "| policy | held-out goodput (req/s) | 95% interval |"
+         + (" whole slice (in-sample) |" if wh_any else ""),
+         "|---|---:|---|" + ("---:|" if wh_any else "")]
     for name, r in (s.get("goodput_rps") or {}).items():
         ci = r.get("ci")
         ci_s = f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci and None not in ci else "—"
         ho = f"{r['held_out']:.3f}" if r.get("held_out") is not None else "—"
         wh = f"{r['whole_slice']:.3f}" if r.get("whole_slice") is not None else "—"
-        L.append(f"| {name} | {ho} | {ci_s} | {wh} |")
+        L.append(f"| {name} | {ho} | {ci_s} |" + (f" {wh} |" if wh_any else ""))
     if s.get("paired"):
         L += ["", "Paired held-out differences (tuned minus each, same window and seed):",
               "", "| against | tuned - it (req/s) | 95% interval | relative | samples | "

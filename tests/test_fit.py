@@ -58,7 +58,7 @@ def _fake_fit(params):
 
 
 def _fake_validate(values):
-    def fake(system, policies, objective, win, seeds, log=None):
+    def fake(system, policies, objective, win, seeds, log=None, whole_slice=True):
         out = {}
         for name, (sys_name, _) in policies.items():
             v = values.get(name, values["static"])

@@ -193,7 +193,7 @@ CLI = ["--deployment", "mlu370-azure", "--objective", "tps_mig", "--n-requests",
 def _fake_validate(tuned_wins: bool, seen: list):
     """Stub of the held-out validation (its exact runs cost minutes of compiles here):
     checks each policy's parameters as the simulator takes them."""
-    def fake(system, policies, objective, win, seeds, log=None):
+    def fake(system, policies, objective, win, seeds, log=None, whole_slice=True):
         out = {}
         for name, (sys_name, params) in policies.items():
             validate_params(get_system(sys_name), params, 16384)

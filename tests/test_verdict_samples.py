@@ -154,6 +154,20 @@ def test_validate_counts_seeds_that_change_nothing_once(monkeypatch, arrivals, p
     assert ("independent" in out["tuned"]["sample_note"])
 
 
+def test_validate_without_the_whole_slice_runs_only_the_held_out_samples(monkeypatch):
+    monkeypatch.setattr(val, "build_scenario", _fake_build(True, True))
+    asked = []
+    monkeypatch.setattr(val, "evaluate_many", lambda jobs, **kw: [
+        asked.append(job[0]) or _fake_evaluate(*job) for job in jobs])
+    pol = {"tuned": ("tuned", {}), "default": ("default", {})}
+    win = _windows()
+    out = val.validate("x", pol, "goodput_rps", win, 3, whole_slice=False)
+    assert len(asked) == 2 * 6  # 2 policies x 2 windows x 3 seeds, no whole slice
+    for m in out.values():
+        assert "whole_trace" not in m
+        assert m["n_samples"] == 6 and m["n_independent"] == 6
+
+
 def test_sample_key_is_the_simulated_inputs_not_the_seed():
     b = _fake_build(False, False)
     s0, s1 = ScenarioSpec(seed=0, offset=5), ScenarioSpec(seed=9, offset=5)
@@ -171,7 +185,8 @@ def test_sample_key_is_the_simulated_inputs_not_the_seed():
 from tests.test_fit import _fake_fit  # noqa: E402  (the same stand-in fit)
 
 
-def _one_sample_validate(system, policies, objective, win, seeds, log=None):
+def _one_sample_validate(system, policies, objective, win, seeds, log=None,
+                         whole_slice=True):
     out = {}
     for name, (sys_name, _) in policies.items():
         v = 6.015 if name != "static" else 6.01507

@@ -4,7 +4,8 @@ validation with confidence intervals, and the verdict.
 A fit on a slice of ``N`` requests splits it into ``2W`` contiguous windows spread over
 the whole slice; it trains on the even ones and validates on the odd ones (disjoint from
 training), under held-out seeds (prediction errors, and arrivals where they are drawn),
-then evaluates every policy on the whole slice too. Every exact metric is reported as a
+and, when asked, evaluates every policy on the whole slice too (in-sample: it holds the
+training windows; ``tuner.fit --whole-slice``). Every exact metric is reported as a
 mean over the held-out (window, seed) samples with a Student-t 95% interval; the verdict
 compares the tuned policy with the default and each baseline on paired differences of
 the objective (same window, same seed).
@@ -198,14 +199,17 @@ def held_out_windows(wins: list, wholes: list) -> list:
 
 
 def validate(system: str, policies: dict, objective: str, win: Windows, seeds: int,
-             log=lambda s: None) -> dict:
+             log=lambda s: None, whole_slice: bool = True) -> dict:
     """Exact evaluation of ``policies`` ({name: (system, params)}) on the held-out
-    windows x ``seeds`` held-out seeds, and on the whole slice per seed. Returns, per
+    windows x ``seeds`` held-out seeds, and (``whole_slice``) on the whole slice per
+    seed. Returns, per
     name, the mean of every metric with its interval (``ci``) over the independent
     samples, the per-sample objective of those (``objective_per_sample``), how many
     (window, seed) samples were run (``n_samples``) and how many were independent
     (``n_independent``, also ``samples``; ``sample_note`` says why they differ), and
-    the whole-slice means (``whole_trace``, deduplicated the same way)."""
+    the whole-slice means (``whole_trace``, deduplicated the same way; absent without
+    ``whole_slice``: the whole slice's runs are as long as all held-out windows' together
+    twice over, and the verdict never reads them)."""
     if seeds < 1:
         raise ValueError(f"--holdout-seeds must be >= 1, got {seeds}")
     runs = {name: [] for name in policies}
@@ -218,7 +222,9 @@ def validate(system: str, policies: dict, objective: str, win: Windows, seeds: i
         [build_scenario(w.replace(seed=w.seed + HOLDOUT_SEED + k)) for w, k in jobs],
         wholes)
     samples = []  # (group, scenario, index of the earlier equal sample or None)
-    for j, (w, k) in enumerate(jobs + [(win.whole, k) for k in range(seeds)]):
+    if whole_slice:
+        jobs += [(win.whole, k) for k in range(seeds)]
+    for j, (w, k) in enumerate(jobs):
         sc = wholes[k] if w is win.whole else held[j]
         group = "whole" if w is win.whole else "runs"
         key = sample_key(sc)
@@ -254,6 +260,9 @@ def validate(system: str, policies: dict, objective: str, win: Windows, seeds: i
         s["system"] = sys_name
         s["objective_per_sample"] = [m["objective"] for m in ind]
         s.update(n_samples=len(runs[name]), n_independent=len(ind), sample_note=note)
+        if not whole_slice:
+            out[name] = s
+            continue
         wi = [whole[name][i] for i in keep["whole"]]
         s["whole_trace"] = _summary(wi)
         s["whole_trace"]["objective_per_seed"] = [m["objective"] for m in wi]

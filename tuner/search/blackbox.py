@@ -195,7 +195,8 @@ def _cmaes(run: _Run, x0, box, seed, batch, sigma0, guide=None, first=()):
                 es.inject([np.clip(es.mean + f * step, -box, box) for f in steps],
                           force=True)
         xs = es.ask()
-        # the injected points come first in the generation, at their clipped point
+        # the injected points come first in the generation: evaluated where given
+        # (unclipped), told to CMA-ES at their clipped point (xs)
         at = [*given, *xs[len(given):]]
         given = []
         if len(xs) > run.left:  # the budget ends inside this generation: not told

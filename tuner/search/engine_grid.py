@@ -17,13 +17,14 @@ is the grid, so the best setting found on the training windows is at least the g
 from __future__ import annotations
 
 __all__ = ["AUTO_TUNE_SEQS", "AUTO_TUNE_TOKENS", "AUTO_TUNE_UTIL", "ENGINE_ARGS",
-           "auto_tune_grid", "auto_tune_util", "has_engine_args"]
+           "GRID_NOTE", "auto_tune_grid", "auto_tune_util", "has_engine_args"]
 
 AUTO_TUNE_SEQS = (128, 256)
 AUTO_TUNE_TOKENS = (512, 1024, 2048, 4096)
 AUTO_TUNE_UTIL = (0.98, 0.01)  # start, step down
 _LOWEST_UTIL = 0.5  # the vllm-v1 system's lower bound of gpu_memory_utilization
 ENGINE_ARGS = ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization")
+GRID_NOTE = "settings of vLLM's auto_tune grid"  # how a search's log names them
 
 
 def has_engine_args(params: dict) -> bool:
