@@ -1,4 +1,5 @@
-"""Tune vLLM's engine arguments: vLLM's defaults, vLLM's auto_tune grid, CMA-ES and TPE.
+"""Tune vLLM's engine arguments: vLLM's defaults, vLLM's auto_tune grid, CMA-ES, TPE and
+the screened search.
 
 ``python -m experiments.engine_tune --out DIR [--cases a,b] [--evals 24] [--windows 2]
 [--holdout-seeds 2] [--quick]``
@@ -29,7 +30,11 @@ as ``tuner.fit`` splits a slice):
   ``tuner.fit --method`` runs) with ``--evals`` exact evaluations each, started from
   vLLM's defaults, their first generation auto_tune's grid as ``tuner.fit`` does
   (``tuner.search.engine_grid``; its 8 settings are 8 of the ``--evals``);
-  ``cmaes-nogrid``: CMA-ES without it (``tuner.fit --no-grid``), what the grid adds.
+  ``cmaes-nogrid``: CMA-ES without it (``tuner.fit --no-grid``), what the grid adds;
+- ``screen``: ``tuner.search.screen.screen_fit`` (``tuner.fit --method screen``, its
+  defaults): auto_tune's grid and uniform samples, 32 candidates, screened on the top
+  rung of the ladder, the start and the screen's best 4 evaluated in full (5 exact
+  evaluations; the screen's cost, in exact-evaluation equivalents, is reported beside).
 
 Each method's policy is then validated in exact mode on the held-out windows x held-out
 seeds (:func:`tuner.objective.validation.validate`): the mean goodput with its 95%
@@ -105,10 +110,11 @@ CASES = (
      "Qwen3-8B on the calibrated A100 80GB, Mooncake conversation; SLOs 5x the "
      "uncontended TTFT / TPOT"),
 )
-METHODS = ("default", "auto_tune", "gradient", "guided", "cmaes", "cmaes-nogrid", "tpe")
+METHODS = ("default", "auto_tune", "gradient", "guided", "cmaes", "cmaes-nogrid", "tpe",
+           "screen")
 # started from vLLM's defaults; the black-box ones (but cmaes-nogrid) with auto_tune's
-# grid as their first generation
-SEARCHES = ("gradient", "guided", "cmaes", "cmaes-nogrid", "tpe")
+# grid as their first generation (screen: in its pool)
+SEARCHES = ("gradient", "guided", "cmaes", "cmaes-nogrid", "tpe", "screen")
 QUICK = dict(n_requests=300)
 
 
@@ -123,6 +129,7 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
     from tuner.objective.validation import compare_paired, plan_windows, validate
     from tuner.scenario import ScenarioSpec, build_scenario
     from tuner.search.blackbox import search_fit
+    from tuner.search.screen import POOL, SCREEN_EVALS, screen_fit
     from tuner.search.fitting import FitSettings
     from tuner.search.fitting import fit as gradient_fit
 
@@ -168,10 +175,16 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
     for method in SEARCHES:
         t0 = time.perf_counter()
         exact = []  # every exact evaluation of the training problem
+        screened = 0
         if method == "gradient":  # tuner.fit's default: FitSettings' budget of steps
             fit = gradient_fit(list(win.train), st, log=_log,
                                listeners=[lambda c, th, v: exact.append(v)])
             n_exact = len(exact)
+        elif method == "screen":
+            fit = screen_fit(list(win.train), st, SCREEN_EVALS, pool=POOL, log=_log,
+                             first=grid, first_note=GRID_NOTE)
+            n_exact = sum(h["fidelity"] == "full" for h in fit.history)
+            screened = len(fit.history) - n_exact
         else:  # guided: its gradients charged to fit.steps at their measured cost
             plain = method.removesuffix("-nogrid")
             fit = search_fit(list(win.train), st, plain, evals, log=_log,
@@ -184,14 +197,16 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
         methods[method] = {"params": {k: float(v) for k, v in fit.params.items()},
                            "exact_evaluations": n_exact,
                            # fixed-horizon runs: a rate ladder per window per evaluation
-                           "runs": n_exact * len(win.train) * rungs,
+                           # (a screen: its one rung and the saturation rung, shorter)
+                           "runs": n_exact * len(win.train) * rungs
+                           + screened * len(win.train) * 2,
+                           "screened": screened,
+                           "eval_equivalents": float(fit.cost) / max(fit.unit, 1),
                            "simulated_request_iterations": float(fit.cost),
                            "search_wall_s": time.perf_counter() - t0,
                            "train_best": fit.best_exact}
         if method == "gradient":
-            methods[method].update(gradient_steps=fit.steps,
-                                   eval_equivalents=float(fit.cost) / max(fit.unit, 1),
-                                   estimators=fit.estimators)
+            methods[method].update(gradient_steps=fit.steps, estimators=fit.estimators)
         _log(f"{name}: {method} {methods[method]['params']} "
              f"({fit.best_exact:.4g} on training), "
              f"{methods[method]['search_wall_s']:.0f} s")
@@ -288,9 +303,14 @@ def _ci(ci) -> str:
     return f"[{ci[0]:.3g}, {ci[1]:.3g}]"
 
 
+def _cost(r: dict) -> str:
+    c = r.get("eval_equivalents")
+    return "-" if c is None else f"{c:.3g}"
+
+
 def render(res: dict) -> str:
     L = ["# Tuning vLLM's engine arguments: defaults, auto_tune's grid, gradient, guided, "
-         "CMA-ES, TPE", "",
+         "CMA-ES, TPE, screened search", "",
          "System `vllm-v1` (max_num_seqs, max_num_batched_tokens, gpu_memory_utilization "
          "and long_prefill_token_threshold as parameters, KV capacity from vLLM's memory "
          "profile), objective goodput_rps, "
@@ -298,8 +318,8 @@ def render(res: dict) -> str:
          "windows x seeds" + (" (quick run: small slices)" if res["quick"] else "") + ".",
          "", "| case | method | max_num_seqs / batched tokens / util / long-prefill "
          "threshold | held-out goodput [95% CI] | vs default [paired CI] | vs auto_tune "
-         "[paired CI] | exact evals | runs | search s |",
-         "|---|---|---|---|---|---|---:|---:|---:|"]
+         "[paired CI] | exact evals | cost (evals) | runs | search s |",
+         "|---|---|---|---|---|---|---:|---:|---:|---:|"]
     for name, c in res["cases"].items():
         for m, r in c["methods"].items():
             p, h = r["params"], r["held_out"]
@@ -310,7 +330,7 @@ def render(res: dict) -> str:
                      f"{p['gpu_memory_utilization']:.3g} / {_thr(p)} | "
                      f"{h['mean']:.3f} {_ci(h['ci'])} | "
                      f"{vs['default']} | {vs['auto_tune']} | {r['exact_evaluations']} | "
-                     f"{r.get('runs', 0)} | {r['search_wall_s']:.0f} |")
+                     f"{_cost(r)} | {r.get('runs', 0)} | {r['search_wall_s']:.0f} |")
     L += ["", "Goodput in req/s. Paired differences: the method minus the reference on "
           "the same held-out (window, seed) samples; `better` / `worse` where the 95% "
           "interval excludes 0. Runs: simulator runs the search spent (auto_tune: runs "
@@ -321,8 +341,12 @@ def render(res: dict) -> str:
           "the relaxed gradient, each gradient charged as exact evaluations at its "
           "measured cost. `guided`, `cmaes` and `tpe` evaluate auto_tune's grid as "
           "their first generation (8 of their exact evaluations), as tuner.fit does; "
-          "`cmaes-nogrid` is CMA-ES without it. Threshold `off`: at or above the token budget, vLLM's "
-          "default.", ""]
+          "`cmaes-nogrid` is CMA-ES without it. `screen` screens 32 candidates (the grid "
+          "and 24 uniform samples) on the ladder's top rung and a shorter horizon, then "
+          "evaluates the start and the screen's best 4 in full. Cost: simulated "
+          "request-iterations in exact evaluations of the training problem (screens and "
+          "gradients included; auto_tune's runs to completion are not on that scale: "
+          "-). Threshold `off`: at or above the token budget, vLLM's default.", ""]
     for name, c in res["cases"].items():
         L += [f"## {name}", "", f"{c['description']}; {c['windows']}; SLOs TTFT "
               f"{c['slo_s'][0]:.3g} s, TPOT {c['slo_s'][1] * 1e3:.3g} ms; validation "
@@ -387,7 +411,8 @@ def main(argv=None) -> int:
 
     try:
         for m in SEARCHES[1:]:
-            check_method(m.removesuffix("-nogrid"), args.evals)
+            if m != "screen":  # its own evaluations (SCREEN_EVALS), no package
+                check_method(m.removesuffix("-nogrid"), args.evals)
     except (ValueError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -50,8 +50,14 @@ METHODS = {
     "cmaes24": ("--method", "cmaes", "--evals", "24"),
     # ... and without it (what the grid adds)
     "cmaes24-nogrid": ("--method", "cmaes", "--evals", "24", "--no-grid"),
+    # 32 candidates (the grid and 24 uniform samples) screened on the ladder's top
+    # rung, the start and the best 4 in full (tuner.search.screen)
+    "screen32": ("--method", "screen", "--evals", "5", "--pool", "32"),
 }
 EVALS_RE = re.compile(r"(\d+) exact evaluations of the training problem")
+# a screened search's line goes on: its screens and their cost with the evaluations
+SCREENS_RE = re.compile(r"besides (\d+) screens \(all evaluations together cost "
+                        r"([0-9.e+]+) exact evaluations\)")
 
 
 def _log(msg: str) -> None:
@@ -73,10 +79,13 @@ def run_one(method: str, seed: int, runs: Path, cache: str) -> dict:
         raise SystemExit(f"error: {' '.join(cmd[1:])} exited {p.returncode}: "
                          f"{(p.stderr.strip().splitlines() or ['?'])[-1]}")
     pol = json.loads((d / "policy.json").read_text())
-    m = EVALS_RE.search((d / "fit.log").read_text())
+    text = (d / "fit.log").read_text()
+    m, sc = EVALS_RE.search(text), SCREENS_RE.search(text)
     met = pol["metrics"]
     return {"method": method, "seed": seed, "wall_s": wall,
             "exact_evals": int(m.group(1)) if m else None,
+            "screens": int(sc.group(1)) if sc else 0,
+            "eval_equivalents": float(sc.group(2)) if sc else None,
             "tuned": [float(x) for x in met["tuned"]["objective_per_sample"]],
             "default": [float(x) for x in met["default"]["objective_per_sample"]],
             "baselines": {k: [float(x) for x in v["objective_per_sample"]]
@@ -106,6 +115,10 @@ def summarise(rows: list[dict]) -> dict:
                "per_seed_mean": {str(s): float(np.mean(per[s]["tuned"])) for s in seeds},
                "exact_evals_mean": float(np.mean([per[s]["exact_evals"] or 0
                                                   for s in seeds])),
+               "screens_mean": float(np.mean([per[s].get("screens", 0) for s in seeds])),
+               "eval_equivalents_mean": (
+                   float(np.mean([per[s]["eval_equivalents"] for s in seeds]))
+                   if all(per[s].get("eval_equivalents") for s in seeds) else None),
                "wall_s_median": float(np.median([per[s]["wall_s"] for s in seeds])),
                "wins": sum(per[s]["outcome"] == "win" for s in seeds)}
         common = [s for s in seeds if s in grad]
@@ -125,6 +138,14 @@ def _cmp(c: dict | None) -> str:
     return f"{c['relative']:+.1%} [{c['ci'][0]:.3g}, {c['ci'][1]:.3g}] {c['status']}"
 
 
+def _evals(row: dict) -> str:
+    out = f"{row['exact_evals_mean']:.0f}"
+    if row.get("screens_mean"):
+        out += (f" + {row['screens_mean']:.0f} screens (cost "
+                f"{row['eval_equivalents_mean']:.3g})")
+    return out
+
+
 def render(res: dict) -> str:
     L = ["# Which tuner should the fit use by default",
          "",
@@ -142,13 +163,15 @@ def render(res: dict) -> str:
         per = " / ".join(f"{v:.2f}" for v in row["per_seed_mean"].values())
         L.append(f"| {m} | `{args}` | {row['held_out_mean']:.3f} | {per} | "
                  f"{_cmp(row['vs_default'])} | {_cmp(row.get('vs_gradient'))} | "
-                 f"{row['wins']}/{len(row['seeds'])} | {row['exact_evals_mean']:.0f} | "
+                 f"{row['wins']}/{len(row['seeds'])} | {_evals(row)} | "
                  f"{row['wall_s_median']:.0f} |")
     first = next(iter(res["summary"].values()))
     L += ["", f"vLLM defaults' held-out goodput: {first['default_mean']:.3f} (the same "
           "samples for every method). Wins: the fit's own verdict "
           "(`win`: beats the defaults and every baseline on its held-out samples). "
-          "Exact evals: exact evaluations of the training problem the fit reports. "
+          "Exact evals: exact evaluations of the training problem the fit reports (a "
+          "screened search: besides its screens, with what all of them cost in exact "
+          "evaluations). "
           "Wall: whole process, a shared warm compilation cache after the first run "
           "(the first run of the table compiles).", ""]
     L += ["Tuned parameters per run:", ""]

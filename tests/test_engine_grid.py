@@ -67,12 +67,12 @@ def test_the_fit_searches_the_grid_first_only_for_vllm_engine_arguments():
     whole = build_scenario(ScenarioSpec(trace="sharegpt", hardware="h100-80gb",
                                         model="qwen3-8b", n_requests=40, n_slots=32,
                                         max_batch=32, scheduler="chunked"))
-    grid = fit_cli._grid("vllm-v1", whole, 24, logs.append)
+    grid = fit_cli._grid("vllm-v1", whole, 8, logs.append, "--evals 9")
     assert len(grid) == 8 and logs == []
-    assert fit_cli._grid("vllm-v1", whole, 8, logs.append) is None
-    assert "--evals 8 < 1 + its 8 settings" in logs[0]
+    assert fit_cli._grid("vllm-v1", whole, 7, logs.append, "--evals 8") is None
+    assert "--evals 8 leaves room for 7 of its 8 settings" in logs[0]
     odma = build_scenario(ScenarioSpec(n_requests=40, n_slots=32, max_batch=32))
-    assert fit_cli._grid("odma", odma, 24, logs.append) is None and len(logs) == 1
+    assert fit_cli._grid("odma", odma, 24, logs.append, "x") is None and len(logs) == 1
 
 
 def test_the_fit_warns_when_requests_arrive_in_groups_sharing_an_instant():

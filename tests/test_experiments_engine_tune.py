@@ -52,6 +52,9 @@ def test_a_quick_case_validates_every_method_on_the_same_samples(tmp_path):
     assert "| h100-sharegpt-tpot20 | auto_tune |" in (out / "engine_tune.md").read_text()
     for m in ("cmaes", "tpe"):  # a rate ladder per window per evaluation
         assert c["methods"][m]["runs"] >= c["methods"][m]["exact_evaluations"]
+    sc = c["methods"]["screen"]  # the start and 4 in full, 32 screened
+    assert (sc["exact_evaluations"], sc["screened"]) == (5, 32)
+    assert 5 < sc["eval_equivalents"] < 5 + 32
     mp = c["map"]
     spreads = [v["spread"] for v in mp["influence"].values()]
     assert len(spreads) == 4 and spreads == sorted(spreads, reverse=True)

@@ -61,10 +61,11 @@ from tuner.common.atomic import write_json_atomic, write_text_atomic  # noqa: E4
 from tuner.search.fitting import AUTO_COORDS, CHECKS, FitSettings, fit  # noqa: E402
 from tuner.objective.problem import FD_SCHEMES  # noqa: E402
 from tuner.search.blackbox import SEARCH_METHODS, check_method, search_fit  # noqa: E402
+from tuner.search.screen import POOL, SCREEN_EVALS, screen_fit  # noqa: E402
 
 __all__ = ["METHODS", "EVALS", "EXIT_CODES", "main", "check_out", "tuner_of"]
 
-METHODS = ("gradient", "hybrid", *SEARCH_METHODS)
+METHODS = ("gradient", "hybrid", *SEARCH_METHODS, "screen")
 HYBRID_EXPLORE = 8  # --explore of --method hybrid unless given
 EVALS = 64  # --evals of a search method unless given (or the deployment's)
 # verdicts that export nothing without --export-anyway, and the fit's exit code for each
@@ -95,10 +96,16 @@ def _args(argv):
                     f"gradient from the best of --explore ({HYBRID_EXPLORE}) random "
                     "exact samples; tpe, cmaes, random: black-box search for a handful "
                     "of parameters or a flat/jagged exact objective; guided: CMA-ES "
-                    "steered by the relaxed gradient")
+                    "steered by the relaxed gradient; screen: --pool candidates on a "
+                    "cheap screen (the ladder's top rung), the best in full")
     ap.add_argument("--evals", type=int, default=None,
                     help="exact evaluations of a search method (tpe, cmaes, random, "
-                    f"guided; default {EVALS}, or the deployment's with its tuner)")
+                    f"guided; default {EVALS}, or the deployment's with its tuner; "
+                    f"screen: full evaluations, default {SCREEN_EVALS}: the start and "
+                    "the screen's best)")
+    ap.add_argument("--pool", type=int, default=POOL,
+                    help=f"--method screen: candidates screened (default {POOL}: vLLM's "
+                    "auto_tune grid on vllm-v1, the rest uniform samples)")
     ap.add_argument("--no-grid", action="store_true",
                     help="on vllm-v1, do not make vLLM's auto_tune grid (8 settings) the "
                     "first generation of a black-box search")
@@ -266,7 +273,9 @@ def tuner_of(dep, system: str | None, method: str | None,
         method = dep.method if own else "gradient"
         if evals is None and own:
             evals = dep.evals
-    return method, EVALS if evals is None else evals
+    if evals is None:
+        evals = SCREEN_EVALS if method == "screen" else EVALS
+    return method, evals
 
 
 GROUPED_SHARE = 0.1  # shared_instants warns from this share of requests on
@@ -295,11 +304,11 @@ def shared_instants(whole) -> str | None:
             "--objective slo_attainment) does not rescale it")
 
 
-def _grid(system: str, whole, evals: int, log) -> list[dict] | None:
+def _grid(system: str, whole, room: int, log, what: str) -> list[dict] | None:
     """vLLM's auto_tune settings for a search of ``system`` on ``whole``'s deployment,
-    when the system has its engine arguments (and a start-up check) and ``evals`` holds
-    the start point and the grid; else None (said in the log when only the budget is
-    short)."""
+    when the system has its engine arguments (and a start-up check) and the search has
+    ``room`` for the grid (``what``: the flag and value that set it); else None (said in
+    the log when only the room is short)."""
     from models import get_system
     from tuner.search.engine_grid import auto_tune_grid, has_engine_args
 
@@ -314,9 +323,9 @@ def _grid(system: str, whole, evals: int, log) -> list[dict] | None:
         log("vLLM's auto_tune grid not searched first: none of its settings starts on "
             "this deployment")
         return None
-    if evals < 1 + len(grid):
-        log(f"vLLM's auto_tune grid not searched first: --evals {evals} < 1 + its "
-            f"{len(grid)} settings")
+    if room < len(grid):
+        log(f"vLLM's auto_tune grid not searched first: {what} leaves room for "
+            f"{room} of its {len(grid)} settings")
         return None
     return grid
 
@@ -343,12 +352,15 @@ def _main(args, t0: float, provenance_out: dict | None = None,
                              f"{', '.join(METHODS)}")
         if args.evals < 1:
             raise ValueError(f"--evals {args.evals}: must be >= 1")
-        search = args.method in SEARCH_METHODS
+        search = args.method in (*SEARCH_METHODS, "screen")
+        if args.pool < 1:
+            raise ValueError(f"--pool {args.pool}: must be >= 1")
         if search:
             if args.resume:
                 raise ValueError(f"--resume: --method {args.method} keeps no "
                                  "checkpoint (only the gradient tuner does)")
-            check_method(args.method, args.evals)  # its package, before any work
+            if args.method != "screen":
+                check_method(args.method, args.evals)  # its package, before any work
         if args.explore is None:
             args.explore = HYBRID_EXPLORE if args.method == "hybrid" else d.explore
         ckpt = check_out(out)
@@ -423,10 +435,19 @@ def _main(args, t0: float, provenance_out: dict | None = None,
 
             from tuner.search.engine_grid import GRID_NOTE
 
-            grid = None if args.no_grid else _grid(args.system, whole, args.evals, log)
-            res = search_fit(list(win.train), st, args.method, args.evals, log=log,
-                             progress=progress, listeners=[count], warn=warn,
-                             first=grid, first_note=GRID_NOTE)
+            if args.method == "screen":  # the grid goes into the pool, not the budget
+                grid = None if args.no_grid else _grid(
+                    args.system, whole, args.pool, log, f"--pool {args.pool}")
+                res = screen_fit(list(win.train), st, args.evals, pool=args.pool,
+                                 log=log, progress=progress, listeners=[count],
+                                 warn=warn, first=grid, first_note=GRID_NOTE)
+            else:
+                grid = None if args.no_grid else _grid(
+                    args.system, whole, args.evals - 1, log,
+                    f"--evals {args.evals} (the start point first)")
+                res = search_fit(list(win.train), st, args.method, args.evals, log=log,
+                                 progress=progress, listeners=[count], warn=warn,
+                                 first=grid, first_note=GRID_NOTE)
         else:
             last = {}
 
@@ -463,8 +484,11 @@ def _main(args, t0: float, provenance_out: dict | None = None,
     if args.whole_slice:
         per = ", ".join(f"{n} {mets[n]['whole_trace']['objective']:.4g}" for n in policies)
         print(f"whole slice ({win.whole.n_requests} requests, in-sample): {per}")
+    screens = sum(h.get("fidelity") == "screen" for h in res.history)
     print(f"tuner: {args.method}, {len(exact)} exact evaluations of the training "
-          "problem in this run")
+          "problem in this run" + (
+              f", besides {screens} screens (all evaluations together cost "
+              f"{res.cost / max(res.unit, 1):.3g} exact evaluations)" if screens else ""))
     print("tuned params: " + ", ".join(f"{k}={v}" for k, v in res.params.items()))
     if mets["tuned"].get("sample_note"):
         print(f"held-out samples: {mets['tuned']['sample_note']}")
@@ -491,6 +515,7 @@ def _main(args, t0: float, provenance_out: dict | None = None,
                  "baseline": mets[ver["best_baseline"]] if baselines else mets["default"]},
         objective=parse_objective(args.objective).spec,
         tuner={"method": args.method, "evals": args.evals if search else None,
+               "pool": args.pool if args.method == "screen" else None,
                "first_generation": "auto_tune grid" if search and grid else None,
                "settings": st.to_dict(), "estimators": res.estimators,
                "temperature_floor": res.floor, "steps": res.steps,

@@ -1,0 +1,140 @@
+"""Screened search (``tuner.search.screen``, ``tuner.fit --method screen``): what is
+evaluated at which fidelity, the start's priority, and the screen's cut of the ladder.
+
+The search is checked on stand-in problems with known objectives (no simulator: the
+selection logic is what is under test; the problems it runs on are
+``tuner.objective.problem``'s, tested elsewhere)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from models import get_system, validate_params
+from tuner import fit as fit_cli
+from tuner.objective.space import Space
+from tuner.search import screen as scr
+from tuner.search.blackbox import Flat
+
+
+class _Toy:
+    """A problem whose exact value of theta is ``f(flat vector)``; records each call."""
+
+    def __init__(self, space, f, rates=None, n_steps=100):
+        self.space, self.f, self.rates, self.n_steps = space, f, rates, n_steps
+        self.flat = Flat(space)
+        self.calls = []  # ("value" | "batch", [flat vectors])
+
+    def value(self, theta):
+        x = self.flat.vec(theta)
+        self.calls.append(("value", [x]))
+        return self.f(x), {}
+
+    def batch(self, thetas):
+        xs = [self.flat.vec(t) for t in thetas]
+        self.calls.append(("batch", xs))
+        return np.array([self.f(x) for x in xs])
+
+    def points(self):
+        return [x for _, xs in self.calls for x in xs]
+
+
+@pytest.fixture(scope="module")
+def space():
+    spec = get_system("odma")
+    return Space(spec, validate_params(spec, {}, 4096))
+
+
+def _pair(space, full, cheap):
+    return _Toy(space, full), _Toy(space, cheap)
+
+
+def test_the_screen_decides_who_is_evaluated_in_full_and_the_best_full_value_wins(space):
+    flat = Flat(space)
+    n = len(flat)
+    target = np.full(n, 2.0)
+    # full: the closer to target the better; the screen sees the first coordinate only
+    full, cheap = _pair(space, lambda x: -float(np.sum((x - target) ** 2)),
+                        lambda x: -abs(float(x[0]) - 2.0))
+    first = [space.human(space.to_params(flat.theta(np.full(n, v)))) for v in (2.0, -3.0)]
+    theta, best, screened, fulls = scr.screen(full, cheap, 4, pool=16, seed=3, box=4.0,
+                                              batch=4, first=first)
+    # the start in full first, then the screen's best 3, and nothing else in full
+    pts = full.points()
+    assert len(pts) == 4 and len(fulls) == 4
+    np.testing.assert_allclose(pts[0], flat.vec(space.to_theta(dict(space.base))), atol=1e-6)
+    # every candidate screened once, the first points first, in batches of 4
+    cands = cheap.points()
+    assert len(cands) == 16 and all(k == "batch" and len(xs) == 4 for k, xs in cheap.calls)
+    np.testing.assert_allclose(cands[0], np.full(n, 2.0), atol=1e-5)
+    np.testing.assert_allclose(cands[1], np.full(n, -3.0), atol=1e-5)
+    assert all(np.all(np.abs(c) <= 4.0) for c in cands[2:])
+    top = sorted(range(16), key=lambda i: -screened[i])[:3]
+    for p, i in zip(pts[1:], top):
+        np.testing.assert_allclose(p, cands[i], atol=1e-6)
+    assert best == max(fulls) and best == pytest.approx(0.0, abs=1e-4)  # the first point
+    np.testing.assert_allclose(flat.vec(theta), np.full(n, 2.0), atol=1e-5)
+    # a candidate the screen ranks low is never evaluated in full, however good
+    assert not any(np.allclose(p, cands[1]) for p in pts)
+
+
+def test_the_start_wins_ties_and_a_nan_never_wins(space):
+    flat_full, cheap = _pair(space, lambda x: 1.0, lambda x: float(x[0]))
+    theta, best, _, fulls = scr.screen(flat_full, cheap, 3, pool=4, seed=0, batch=2)
+    assert fulls == [1.0, 1.0, 1.0] and best == 1.0
+    x0 = Flat(space).vec(space.to_theta(dict(space.base)))
+    np.testing.assert_allclose(Flat(space).vec(theta), x0, atol=1e-6)
+    nan_full, cheap = _pair(space, lambda x: math.nan if x[0] != x0[0] else 0.5,
+                            lambda x: float(x[0]))
+    _, best, _, fulls = scr.screen(nan_full, cheap, 3, pool=4, seed=0, batch=2)
+    assert best == 0.5 and all(math.isnan(v) for v in fulls[1:])
+
+
+def test_a_short_last_chunk_is_screened_one_by_one_and_settings_are_checked(space):
+    full, cheap = _pair(space, lambda x: float(-x[0]), lambda x: float(-x[0]))
+    scr.screen(full, cheap, 2, pool=5, seed=0, batch=2)
+    assert [k for k, _ in cheap.calls] == ["batch", "batch", "value"]
+    with pytest.raises(ValueError, match="evals"):
+        scr.screen(full, cheap, 0, pool=4)
+    with pytest.raises(ValueError, match="pool 1 must hold the 2 first points"):
+        scr.screen(full, cheap, 2, pool=1, first=[{}, {}])
+
+
+def test_the_screen_problem_is_the_top_rung_on_a_proportionally_shorter_horizon(
+        monkeypatch, space):
+    made = {}
+
+    class Rec:
+        def __init__(self, scs, system, sp, objective, n_steps, rates):
+            made.update(n_steps=n_steps, rates=np.asarray(rates), system=system)
+
+    monkeypatch.setattr(scr, "Problem", Rec)
+    # rungs 0.6 x 3.7 .. 1.4 x 5.85 (the main job's): horizon x 3.7 / 8.19
+    rates = np.geomspace(0.6 * 3.7, 1.4 * 5.85, 5).astype(np.float32)
+    prob = _Toy(space, None, rates=rates, n_steps=5520)
+    prob.system, prob.objective = "vllm-v1", None
+    scr.screen_problem(prob, ["sc"], 64)
+    assert made["rates"].tolist() == pytest.approx([1.4 * 5.85], rel=1e-6)
+    assert made["n_steps"] == 2496  # ceil(5520 x 3.7 / 8.19 / 64) x 64
+    # one row of rungs per scenario (a fleet): each row's top rung
+    rows = np.stack([rates, 2 * rates])
+    prob.rates = rows
+    scr.screen_problem(prob, ["a", "b"], 64)
+    assert made["rates"].shape == (2, 1) and made["rates"][1, 0] == pytest.approx(
+        rows[1, -1])
+    prob.rates = None
+    with pytest.raises(ValueError, match="rate ladder"):
+        scr.screen_problem(prob, ["sc"], 64)
+
+
+def test_the_fit_dispatches_screen_with_its_pool_and_default_evaluations(
+        monkeypatch, tmp_path, capsys):
+    from tuner.scenario.deployments import get_deployment
+
+    dep = get_deployment("h100-interactive")
+    assert fit_cli.tuner_of(dep, None, "screen", None) == ("screen", scr.SCREEN_EVALS)
+    assert fit_cli.tuner_of(dep, None, "screen", 7) == ("screen", 7)
+    out = tmp_path / "p.json"
+    rc = fit_cli.main(["--method", "screen", "--pool", "0", "--out", str(out)])
+    assert rc == 2 and "--pool 0: must be >= 1" in capsys.readouterr().err
+    assert not out.exists()
