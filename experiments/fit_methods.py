@@ -12,8 +12,9 @@ first run, so wall times after it are warm). Each fit validates its own tuned po
 vLLM's defaults and the baselines on its held-out (window, seed) samples; those are
 the same samples for every method under one seed, so methods are compared paired,
 pooled over the seeds: each method minus the defaults and minus ``gradient`` (the
-fit's tuner before this experiment; the built-in deployment's tuner is now the
-winner here, CMA-ES with 24 evaluations: ``tuner.scenario.deployments``). It writes
+fit's tuner before this experiment; the built-in deployment's tuner is chosen here:
+the cheapest that reaches the best held-out goodput, ``tuner.scenario.deployments``).
+It writes
 ``DIR/fit_methods.json`` and ``DIR/fit_methods.md`` (held-out goodput, paired
 intervals, exact evaluations and wall time per method); the fits' own policy files and
 logs stay under ``DIR/runs/`` (not committed: ``--keep-runs`` keeps them).
@@ -53,6 +54,8 @@ METHODS = {
     # 32 candidates (the grid and 24 uniform samples) screened on the ladder's top
     # rung, the start and the best 4 in full (tuner.search.screen)
     "screen32": ("--method", "screen", "--evals", "5", "--pool", "32"),
+    # ... and half of it: 16 candidates, the start and the best 2 in full
+    "screen16": ("--method", "screen", "--evals", "3", "--pool", "16"),
 }
 EVALS_RE = re.compile(r"(\d+) exact evaluations of the training problem")
 # a screened search's line goes on: its screens and their cost with the evaluations

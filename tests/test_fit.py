@@ -124,15 +124,23 @@ def test_fit_runs_the_named_deployment_and_flags_replace_its_fields(tmp_path, ca
         seen.update(system=st.system, spec=specs[0], method=method, evals=evals)
         raise _Stop
 
+    def fake_screen(specs, st, evals, pool, **kw):
+        seen.update(system=st.system, spec=specs[0], method="screen", evals=evals,
+                    pool=pool, first=kw["first"])
+        raise _Stop
+
     monkeypatch.setattr(fit_cli, "fit", fake)
     monkeypatch.setattr(fit_cli, "search_fit", fake_search)
+    monkeypatch.setattr(fit_cli, "screen_fit", fake_screen)
     out = tmp_path / "policy.json"
     with pytest.raises(_Stop):
         fit_cli.main(["--quiet", "--out", str(out)])
     dep = DEPLOYMENTS[DEFAULT]
     assert DEFAULT == "h100-interactive" and seen["system"] == dep.system == "vllm-v1"
-    # its own tuner (experiments/fit_methods): CMA-ES with 24 exact evaluations
-    assert (seen["method"], seen["evals"]) == (dep.method, dep.evals) == ("cmaes", 24)
+    # its own tuner (experiments/fit_methods): the screened search, 5 full evaluations
+    # of 32 candidates, vLLM's auto_tune grid among them
+    assert (seen["method"], seen["evals"]) == (dep.method, dep.evals) == ("screen", 5)
+    assert seen["pool"] == 32 and len(seen["first"]) == 8
     for k, v in dep.fields:
         assert getattr(seen["spec"], k) == v or k == "n_requests", k  # a window of it
     assert (seen["spec"].hardware, seen["spec"].ttft_slo_s, seen["spec"].n_slots) == (

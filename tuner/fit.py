@@ -6,9 +6,10 @@ arguments for Qwen3-8B on one H100, ShareGPT lengths, TTFT 1 s / TPOT 20 ms, a
 deployment where the policy decides goodput by issue 31's stakes criterion); ``--system``
 and every scenario flag replace its fields one by one, and ``--trace`` also its slice.
 
-``--method`` picks the tuner; without it, the deployment's (``h100-interactive``: CMA-ES
-with 24 exact evaluations, measured best of five tuners over three workload seeds by
-``experiments/fit_methods``) unless ``--system`` names another system, and ``gradient``
+``--method`` picks the tuner; without it, the deployment's (``h100-interactive``: the
+screened search, ``screen``, 5 exact evaluations of 32 screened candidates, as good as
+the best of the tuners measured over three workload seeds by
+``experiments/fit_methods`` at the least cost) unless ``--system`` names another system, and ``gradient``
 otherwise. ``gradient`` for many interacting parameters;
 ``hybrid`` (the gradient tuner started from the best of ``--explore`` 8 random exact
 samples) when the start point may sit on a plateau; ``tpe``, ``cmaes`` or ``random``
@@ -89,8 +90,9 @@ def _args(argv):
     # checked in main (one "error:" line, exit 2), not by argparse's choices
     ap.add_argument("--method", default=None,
                     metavar="{" + ",".join(METHODS) + "}",
-                    help="default: the deployment's tuner (h100-interactive: cmaes, 24 "
-                    "evaluations, by experiments/fit_methods) unless --system names "
+                    help="default: the deployment's tuner (h100-interactive: screen, 5 "
+                    "evaluations of 32 candidates, by experiments/fit_methods) unless "
+                    "--system names "
                     "another system, else gradient; gradient: many interacting "
                     "parameters; hybrid: "
                     f"gradient from the best of --explore ({HYBRID_EXPLORE}) random "
