@@ -100,31 +100,47 @@ def test_a_short_last_chunk_is_screened_one_by_one_and_settings_are_checked(spac
         scr.screen(full, cheap, 2, pool=1, first=[{}, {}])
 
 
-def test_the_screen_problem_is_the_top_rung_on_a_proportionally_shorter_horizon(
+class _Sc:
+    """A stand-in scenario: its rate, after ``at_rate``."""
+
+    class spec:  # noqa: N801 (the attribute the screen reads)
+        block = 64
+
+    def __init__(self, rate=None):
+        self.rate = rate
+
+    def at_rate(self, r):
+        return _Sc(r)
+
+
+def test_the_screen_is_attainment_at_the_start_goodput_on_a_proportionally_shorter_horizon(
         monkeypatch, space):
     made = {}
 
     class Rec:
-        def __init__(self, scs, system, sp, objective, n_steps, rates):
-            made.update(n_steps=n_steps, rates=np.asarray(rates), system=system)
+        def __init__(self, scs, system, sp, objective, n_steps, rates=None):
+            made.update(n_steps=n_steps, at=[s.rate for s in scs], objective=objective,
+                        rates=rates)
 
     monkeypatch.setattr(scr, "Problem", Rec)
-    # rungs 0.6 x 3.7 .. 1.4 x 5.85 (the main job's): horizon x 3.7 / 8.19
+    # rungs 0.6 x 3.7 .. 1.4 x 5.85 (the main job's): both windows at 5.85 req/s, the
+    # horizon x 3.7 / 5.85
     rates = np.geomspace(0.6 * 3.7, 1.4 * 5.85, 5).astype(np.float32)
     prob = _Toy(space, None, rates=rates, n_steps=5520)
-    prob.system, prob.objective = "vllm-v1", None
-    scr.screen_problem(prob, ["sc"], 64)
-    assert made["rates"].tolist() == pytest.approx([1.4 * 5.85], rel=1e-6)
-    assert made["n_steps"] == 2496  # ceil(5520 x 3.7 / 8.19 / 64) x 64
-    # one row of rungs per scenario (a fleet): each row's top rung
-    rows = np.stack([rates, 2 * rates])
-    prob.rates = rows
-    scr.screen_problem(prob, ["a", "b"], 64)
-    assert made["rates"].shape == (2, 1) and made["rates"][1, 0] == pytest.approx(
-        rows[1, -1])
+    prob.system = "vllm-v1"
+    scr.screen_problem(prob, [_Sc(), _Sc()])
+    assert made["at"] == pytest.approx([5.85, 5.85], rel=1e-6)
+    assert made["n_steps"] == 3520  # ceil(5520 x 3.7 / 5.85 / 64) x 64
+    assert made["objective"].spec == "slo_attainment" and made["rates"] is None
+    # one row of rungs per scenario (a fleet): each at its own start goodput, the full
+    # horizon
+    prob.rates = np.stack([rates, 2 * rates])
+    scr.screen_problem(prob, [_Sc(), _Sc()])
+    assert made["at"] == pytest.approx([5.85, 11.7], rel=1e-6)
+    assert made["n_steps"] == 5568  # 5520 rounded up to the block
     prob.rates = None
     with pytest.raises(ValueError, match="rate ladder"):
-        scr.screen_problem(prob, ["sc"], 64)
+        scr.screen_problem(prob, [_Sc()])
 
 
 def test_the_fit_dispatches_screen_with_its_pool_and_default_evaluations(
@@ -137,4 +153,7 @@ def test_the_fit_dispatches_screen_with_its_pool_and_default_evaluations(
     out = tmp_path / "p.json"
     rc = fit_cli.main(["--method", "screen", "--pool", "0", "--out", str(out)])
     assert rc == 2 and "--pool 0: must be >= 1" in capsys.readouterr().err
-    assert not out.exists()
+    rc = fit_cli.main(["--method", "screen", "--objective", "tps", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--method screen: the objective 'tps' has no rate ladder" in err
+    assert err.strip().count("\n") == 0 and not out.exists()

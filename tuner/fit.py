@@ -391,6 +391,10 @@ def _main(args, t0: float, provenance_out: dict | None = None,
             from models import family_of
             args.objective = getattr(family_of(args.system), "default_objective", "default")
         parse_objective(args.objective).check_metrics(args.system)
+        if args.method == "screen" and not parse_objective(args.objective).capacity:
+            raise ValueError(f"--method screen: the objective {args.objective!r} has no "
+                             "rate ladder to screen on; give a capacity objective "
+                             "(goodput_rps) or another --method")
         win = plan_windows(base, args.windows, args.window_requests)
         # the SLOs of the whole slice hold for every window and held-out seed
         whole = build_scenario(win.whole)
