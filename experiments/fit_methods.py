@@ -12,9 +12,8 @@ first run, so wall times after it are warm). Each fit validates its own tuned po
 vLLM's defaults and the baselines on its held-out (window, seed) samples; those are
 the same samples for every method under one seed, so methods are compared paired,
 pooled over the seeds: each method minus the defaults and minus ``gradient`` (the
-fit's tuner before this experiment; the built-in deployment's tuner is chosen here:
-the cheapest that reaches the best held-out goodput, ``tuner.scenario.deployments``).
-It writes
+fit's tuner before this experiment; the built-in deployment's tuner is chosen from
+this table: ``tuner.scenario.deployments`` records which, and why). It writes
 ``DIR/fit_methods.json`` and ``DIR/fit_methods.md`` (held-out goodput, paired
 intervals, exact evaluations and wall time per method); the fits' own policy files and
 logs stay under ``DIR/runs/`` (not committed: ``--keep-runs`` keeps them).
