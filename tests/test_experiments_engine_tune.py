@@ -55,6 +55,8 @@ def test_a_quick_case_validates_every_method_on_the_same_samples(tmp_path):
     sc = c["methods"]["screen"]  # the start and 4 in full, 32 screened
     assert (sc["exact_evaluations"], sc["screened"]) == (5, 32)
     assert 5 < sc["eval_equivalents"] < 5 + 32
+    assert sc["runs"] == 5 * 6 + 32  # 1 window: a 6-run ladder per full evaluation,
+    # one run per screen
     mp = c["map"]
     spreads = [v["spread"] for v in mp["influence"].values()]
     assert len(spreads) == 4 and spreads == sorted(spreads, reverse=True)
