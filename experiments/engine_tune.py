@@ -35,13 +35,15 @@ as ``tuner.fit`` splits a slice):
   defaults): auto_tune's grid and uniform samples, 32 candidates, screened by their
   SLO attainment at the start's goodput (one run per training window), the start and
   the screen's best 4 evaluated in full (5 exact
-  evaluations; the screen's cost, in exact-evaluation equivalents, is reported beside).
+  evaluations; the screen's cost, in exact-evaluation equivalents, is reported beside);
+  ``screen16``: the same with 16 candidates and the best 2 (3 exact evaluations).
 
 Each method's policy is then validated in exact mode on the held-out windows x held-out
 seeds (:func:`tuner.objective.validation.validate`): the mean goodput with its 95%
 interval, and paired differences (same window, same seed) against the default and the
 auto_tune grid, with intervals. Costs: exact evaluations (a goodput search each),
-simulator runs to completion (auto_tune's) or simulated ladders (the searches'), and
+simulator runs to completion (auto_tune's) or simulated ladders (the searches'), the
+slot-iterations they simulated (the work ratio: auto_tune's over each search's), and
 the search's wall time on this machine.
 
 Then the operator's map (:mod:`experiments.engine_map`, unless ``--no-map``) around
@@ -112,10 +114,12 @@ CASES = (
      "uncontended TTFT / TPOT"),
 )
 METHODS = ("default", "auto_tune", "gradient", "guided", "cmaes", "cmaes-nogrid", "tpe",
-           "screen")
+           "screen", "screen16")
 # started from vLLM's defaults; the black-box ones (but cmaes-nogrid) with auto_tune's
-# grid as their first generation (screen: in its pool)
-SEARCHES = ("gradient", "guided", "cmaes", "cmaes-nogrid", "tpe", "screen")
+# grid as their first generation (the screens: in their pools)
+SEARCHES = ("gradient", "guided", "cmaes", "cmaes-nogrid", "tpe", "screen", "screen16")
+# the screened searches: (pool, full evaluations); screen16 is fit_methods' cheaper row
+SCREENS = {"screen": (None, None), "screen16": (16, 3)}
 QUICK = dict(n_requests=300)
 
 
@@ -165,6 +169,12 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
     methods["auto_tune"] = {
         "params": grid[best], "exact_evaluations": len(grid),
         "runs": sum(int(m["capacity"]["runs"]) for m in res) * len(train),
+        # what its runs to completion simulated, on the searches' scale (slot-iterations:
+        # every iteration with work steps the whole slot table); in exact-evaluation
+        # equivalents once a search has given its unit
+        "simulated_request_iterations": sum(float(m["capacity"]["iterations"])
+                                            for m in res) * len(train)
+        * train[0].cfg.n_slots,
         "search_wall_s": time.perf_counter() - t0,
         "grid": [{**g, "train_goodput_rps": v} for g, v in zip(grid, scores)],
         "util_stepped": stepped}
@@ -181,9 +191,11 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
             fit = gradient_fit(list(win.train), st, log=_log,
                                listeners=[lambda c, th, v: exact.append(v)])
             n_exact = len(exact)
-        elif method == "screen":
-            fit = screen_fit(list(win.train), st, SCREEN_EVALS, pool=POOL, log=_log,
-                             first=grid, first_note=GRID_NOTE)
+        elif method in SCREENS:
+            pool, n_full = SCREENS[method]
+            fit = screen_fit(list(win.train), st, n_full or SCREEN_EVALS,
+                             pool=pool or POOL, log=_log, first=grid,
+                             first_note=GRID_NOTE)
             n_exact = sum(h["fidelity"] == "full" for h in fit.history)
             screened = len(fit.history) - n_exact
         else:  # guided: its gradients charged to fit.steps at their measured cost
@@ -204,6 +216,7 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
                            "screened": screened,
                            "eval_equivalents": float(fit.cost) / max(fit.unit, 1),
                            "simulated_request_iterations": float(fit.cost),
+                           "unit": int(fit.unit),
                            "search_wall_s": time.perf_counter() - t0,
                            "train_best": fit.best_exact}
         if method == "gradient":
@@ -212,6 +225,12 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
              f"({fit.best_exact:.4g} on training), "
              f"{methods[method]['search_wall_s']:.0f} s")
 
+    at = methods["auto_tune"]  # in the screened search's unit (the searches share it)
+    at["eval_equivalents"] = at["simulated_request_iterations"] / max(
+        methods["screen"]["unit"], 1)
+    for m in SEARCHES:  # simulated work, auto_tune's over the search's
+        methods[m]["auto_tune_work_ratio"] = at["simulated_request_iterations"] / max(
+            methods[m]["simulated_request_iterations"], 1.0)
     t0 = time.perf_counter()
     mets = validate(SYSTEM, {m: (SYSTEM, methods[m]["params"]) for m in METHODS},
                     OBJECTIVE, win, seeds, log=_log)
@@ -309,6 +328,11 @@ def _cost(r: dict) -> str:
     return "-" if c is None else f"{c:.3g}"
 
 
+def _ratio(r: dict) -> str:
+    x = r.get("auto_tune_work_ratio")
+    return "-" if x is None else f"{x:.3g}x"
+
+
 def render(res: dict) -> str:
     L = ["# Tuning vLLM's engine arguments: defaults, auto_tune's grid, gradient, guided, "
          "CMA-ES, TPE, screened search", "",
@@ -319,8 +343,9 @@ def render(res: dict) -> str:
          "windows x seeds" + (" (quick run: small slices)" if res["quick"] else "") + ".",
          "", "| case | method | max_num_seqs / batched tokens / util / long-prefill "
          "threshold | held-out goodput [95% CI] | vs default [paired CI] | vs auto_tune "
-         "[paired CI] | exact evals | cost (evals) | runs | search s |",
-         "|---|---|---|---|---|---|---:|---:|---:|---:|"]
+         "[paired CI] | exact evals | cost (evals) | auto_tune's work / its | runs | "
+         "search s |",
+         "|---|---|---|---|---|---|---:|---:|---:|---:|---:|"]
     for name, c in res["cases"].items():
         for m, r in c["methods"].items():
             p, h = r["params"], r["held_out"]
@@ -331,7 +356,8 @@ def render(res: dict) -> str:
                      f"{p['gpu_memory_utilization']:.3g} / {_thr(p)} | "
                      f"{h['mean']:.3f} {_ci(h['ci'])} | "
                      f"{vs['default']} | {vs['auto_tune']} | {r['exact_evaluations']} | "
-                     f"{_cost(r)} | {r.get('runs', 0)} | {r['search_wall_s']:.0f} |")
+                     f"{_cost(r)} | {_ratio(r)} | {r.get('runs', 0)} | "
+                     f"{r['search_wall_s']:.0f} |")
     L += ["", "Goodput in req/s. Paired differences: the method minus the reference on "
           "the same held-out (window, seed) samples; `better` / `worse` where the 95% "
           "interval excludes 0. Runs: simulator runs the search spent (auto_tune: runs "
@@ -345,10 +371,13 @@ def render(res: dict) -> str:
           "`cmaes-nogrid` is CMA-ES without it. `screen` screens 32 candidates (the grid "
           "and 24 uniform samples) by their SLO attainment at the start's goodput, one "
           "run per window on a shorter horizon, then "
-          "evaluates the start and the screen's best 4 in full. Cost: simulated "
-          "request-iterations in exact evaluations of the training problem (screens and "
-          "gradients included; auto_tune's runs to completion are not on that scale: "
-          "-). Threshold `off`: at or above the token budget, vLLM's default.", ""]
+          "evaluates the start and the screen's best 4 in full; `screen16` the same with "
+          "16 candidates (the grid and 8 samples) and the best 2. Cost: simulated "
+          "slot-iterations (every iteration with work steps the whole slot table) in "
+          "exact evaluations of the training problem (screens and gradients included; "
+          "auto_tune's runs to completion counted by the iterations they simulated). "
+          "auto_tune's work / its: auto_tune's simulated slot-iterations over the "
+          "method's. Threshold `off`: at or above the token budget, vLLM's default.", ""]
     for name, c in res["cases"].items():
         L += [f"## {name}", "", f"{c['description']}; {c['windows']}; SLOs TTFT "
               f"{c['slo_s'][0]:.3g} s, TPOT {c['slo_s'][1] * 1e3:.3g} ms; validation "
@@ -413,7 +442,7 @@ def main(argv=None) -> int:
 
     try:
         for m in SEARCHES[1:]:
-            if m != "screen":  # its own evaluations (SCREEN_EVALS), no package
+            if m not in SCREENS:  # their own evaluations, no package
                 check_method(m.removesuffix("-nogrid"), args.evals)
     except (ValueError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)

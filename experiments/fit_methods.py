@@ -50,8 +50,8 @@ METHODS = {
     "cmaes24": ("--method", "cmaes", "--evals", "24"),
     # ... and without it (what the grid adds)
     "cmaes24-nogrid": ("--method", "cmaes", "--evals", "24", "--no-grid"),
-    # 32 candidates (the grid and 24 uniform samples) screened on the ladder's top
-    # rung, the start and the best 4 in full (tuner.search.screen)
+    # 32 candidates (the grid and 24 uniform samples) screened by their SLO attainment
+    # at the start's goodput, the start and the best 4 in full (tuner.search.screen)
     "screen32": ("--method", "screen", "--evals", "5", "--pool", "32"),
     # ... and half of it: 16 candidates, the start and the best 2 in full
     "screen16": ("--method", "screen", "--evals", "3", "--pool", "16"),

@@ -102,3 +102,30 @@ def test_search_reads_rungs_in_order_and_bisects_like_the_sequential_one():
     assert one["goodput_rps"] == out["goodput_rps"]
     assert one["capacity"]["runs"] == len(one["capacity"]["rungs"]) + 1  # + saturation
     assert one["capacity"]["runs"] < out["capacity"]["runs"]
+
+
+def test_search_counts_the_iterations_of_every_run_it_made():
+    """``capacity.iterations``: the sum over every run (read or not) of the iterations its
+    metrics report, None when a run does not report them."""
+    def run_at(r):
+        att = 0.0 if math.isinf(r) else (1.0 if r < 3.0 else 0.5)
+        # each rate simulates a distinct number of iterations (100 at saturation)
+        return {"slo_attainment": att, "requests_per_s": 10.0 if math.isinf(r) else r,
+                "tps": 1.0, "iterations": 100.0 if math.isinf(r) else 1000.0 * r}
+
+    made = []
+
+    def run_many(rs):
+        made.extend(rs)
+        return [run_at(r) for r in rs]
+
+    out = drive(capacity_search(None, 1.0, rtol=0.01), run_many)
+    assert len(made) == out["capacity"]["runs"] > 2
+    want = sum(run_at(r)["iterations"] for r in made)
+    assert out["capacity"]["iterations"] == pytest.approx(want)
+
+    def no_count(rs):
+        return [{k: v for k, v in run_at(r).items() if k != "iterations"} for r in rs]
+
+    assert drive(capacity_search(None, 1.0, rtol=0.01), no_count)["capacity"][
+        "iterations"] is None

@@ -57,6 +57,18 @@ def test_a_quick_case_validates_every_method_on_the_same_samples(tmp_path):
     assert 5 < sc["eval_equivalents"] < 5 + 32
     assert sc["runs"] == 5 * 6 + 32  # 1 window: a 6-run ladder per full evaluation,
     # one run per screen
+    s16 = c["methods"]["screen16"]  # the start and 2 in full, 16 screened
+    assert (s16["exact_evaluations"], s16["screened"]) == (3, 16)
+    assert s16["runs"] == 3 * 6 + 16
+    # auto_tune's work: its runs to completion's iterations x the slot table, on the
+    # screens' scale; the ratio is auto_tune's over the search's
+    assert at["simulated_request_iterations"] > at["runs"] * engine_tune.SLOTS
+    assert at["eval_equivalents"] == pytest.approx(
+        at["simulated_request_iterations"] / sc["unit"])
+    for r in (sc, s16):
+        assert r["auto_tune_work_ratio"] == pytest.approx(
+            at["simulated_request_iterations"] / r["simulated_request_iterations"])
+    assert s16["auto_tune_work_ratio"] > sc["auto_tune_work_ratio"]
     mp = c["map"]
     spreads = [v["spread"] for v in mp["influence"].values()]
     assert len(spreads) == 4 and spreads == sorted(spreads, reverse=True)

@@ -139,8 +139,8 @@ def test_fit_runs_the_named_deployment_and_flags_replace_its_fields(tmp_path, ca
     assert DEFAULT == "h100-interactive" and seen["system"] == dep.system == "vllm-v1"
     # its own tuner (experiments/fit_methods): the screened search, 5 full evaluations
     # of 32 candidates, vLLM's auto_tune grid among them
-    assert (seen["method"], seen["evals"]) == (dep.method, dep.evals) == ("screen", 5)
-    assert seen["pool"] == 32 and len(seen["first"]) == 8
+    assert (seen["method"], seen["evals"]) == (dep.method, dep.evals) == ("screen", 3)
+    assert seen["pool"] == dep.pool == 16 and len(seen["first"]) == 8
     for k, v in dep.fields:
         assert getattr(seen["spec"], k) == v or k == "n_requests", k  # a window of it
     assert (seen["spec"].hardware, seen["spec"].ttft_slo_s, seen["spec"].n_slots) == (
@@ -331,16 +331,25 @@ def test_the_tuner_is_the_one_given_else_the_deployments_for_its_own_system():
     the fit knows, with a usable budget."""
     from tuner.scenario.deployments import DEPLOYMENTS, Deployment
 
+    from tuner.search.screen import POOL, SCREEN_EVALS
+
     dep = Deployment(system="vllm-v1", fields=(), description="d", method="cmaes",
                      evals=24)
-    assert fit_cli.tuner_of(dep, None, None, None) == ("cmaes", 24)
-    assert fit_cli.tuner_of(dep, "vllm-v1", None, None) == ("cmaes", 24)
-    assert fit_cli.tuner_of(dep, None, None, 8) == ("cmaes", 8)
-    assert fit_cli.tuner_of(dep, "odma", None, None) == ("gradient", fit_cli.EVALS)
-    assert fit_cli.tuner_of(dep, None, "tpe", None) == ("tpe", fit_cli.EVALS)
-    assert fit_cli.tuner_of(dep, "odma", "random", 5) == ("random", 5)
+    assert fit_cli.tuner_of(dep, None, None, None) == ("cmaes", 24, POOL)
+    assert fit_cli.tuner_of(dep, "vllm-v1", None, None) == ("cmaes", 24, POOL)
+    assert fit_cli.tuner_of(dep, None, None, 8) == ("cmaes", 8, POOL)
+    assert fit_cli.tuner_of(dep, "odma", None, None) == ("gradient", fit_cli.EVALS, POOL)
+    assert fit_cli.tuner_of(dep, None, "tpe", None) == ("tpe", fit_cli.EVALS, POOL)
+    assert fit_cli.tuner_of(dep, "odma", "random", 5) == ("random", 5, POOL)
     plain = Deployment(system="odma", fields=(), description="d")
-    assert fit_cli.tuner_of(plain, None, None, None) == ("gradient", fit_cli.EVALS)
+    assert fit_cli.tuner_of(plain, None, None, None) == ("gradient", fit_cli.EVALS, POOL)
+    # a screened deployment: its pool with its tuner, unless a pool or a method is given
+    scr = Deployment(system="vllm-v1", fields=(), description="d", method="screen",
+                     evals=3, pool=16)
+    assert fit_cli.tuner_of(scr, None, None, None) == ("screen", 3, 16)
+    assert fit_cli.tuner_of(scr, None, None, None, 8) == ("screen", 3, 8)
+    assert fit_cli.tuner_of(scr, None, "screen", None) == ("screen", SCREEN_EVALS, POOL)
+    assert fit_cli.tuner_of(scr, "odma", None, None) == ("gradient", fit_cli.EVALS, POOL)
     for name, d in DEPLOYMENTS.items():
         assert d.method in fit_cli.METHODS, name
         assert d.evals is None or (isinstance(d.evals, int) and d.evals >= 2), name

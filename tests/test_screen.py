@@ -148,8 +148,11 @@ def test_the_fit_dispatches_screen_with_its_pool_and_default_evaluations(
     from tuner.scenario.deployments import get_deployment
 
     dep = get_deployment("h100-interactive")
-    assert fit_cli.tuner_of(dep, None, "screen", None) == ("screen", scr.SCREEN_EVALS)
-    assert fit_cli.tuner_of(dep, None, "screen", 7) == ("screen", 7)
+    assert fit_cli.tuner_of(dep, None, "screen", None) == ("screen", scr.SCREEN_EVALS,
+                                                           scr.POOL)
+    assert fit_cli.tuner_of(dep, None, "screen", 7) == ("screen", 7, scr.POOL)
+    # the deployment's own: 16 screened, 3 in full (experiments/fit_methods' screen16)
+    assert fit_cli.tuner_of(dep, None, None, None) == ("screen", 3, 16)
     out = tmp_path / "p.json"
     rc = fit_cli.main(["--method", "screen", "--pool", "0", "--out", str(out)])
     assert rc == 2 and "--pool 0: must be >= 1" in capsys.readouterr().err

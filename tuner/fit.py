@@ -7,9 +7,9 @@ deployment where the policy decides goodput by issue 31's stakes criterion); ``-
 and every scenario flag replace its fields one by one, and ``--trace`` also its slice.
 
 ``--method`` picks the tuner; without it, the deployment's (``h100-interactive``: the
-screened search, ``screen``, 5 exact evaluations of 32 screened candidates, as good as
-the best of the tuners measured over three workload seeds by
-``experiments/fit_methods`` at the least cost) unless ``--system`` names another system, and ``gradient``
+screened search, ``screen``, 16 candidates screened and 3 exact evaluations, the best
+held-out goodput of the tuners ``experiments/fit_methods`` measured over three workload
+seeds at the least cost) unless ``--system`` names another system, and ``gradient``
 otherwise. ``gradient`` for many interacting parameters;
 ``hybrid`` (the gradient tuner started from the best of ``--explore`` 8 random exact
 samples) when the start point may sit on a plateau; ``tpe``, ``cmaes`` or ``random``
@@ -26,13 +26,13 @@ spread over it: the fit trains on every other one, then validates tuned, default
 every baseline of the system in exact mode on the windows in between under held-out
 seeds (``--whole-slice``: on the whole slice too, in-sample). The default objective is
 goodput (``tuner.objective.capacity``), or the family's own ``default_objective`` (the
-dropping family: p99 TTFT under a TPOT SLO). The policy file is written only when no baseline and not the default is better on
-held-out data (exit 3 otherwise, nothing written; ``--export-anyway`` writes it and
-exits 0, the verdict recorded in the file). A verdict the held-out data cannot decide
-(``undetermined``: fewer than two independent held-out samples, e.g. held-out seeds that
-do not change a workload with its own arrival times, or paired differences that are all
-equal) prints why, with no interval, and exits 4 with nothing written (``--export-anyway``
-writes it and exits 0).
+dropping family: p99 TTFT under a TPOT SLO). The policy file is written only when no
+baseline and not the default is better on held-out data (exit 3 otherwise, nothing
+written; ``--export-anyway`` writes it and exits 0, the verdict recorded in the file).
+A verdict the held-out data cannot decide (``undetermined``: fewer than two independent
+held-out samples, e.g. held-out seeds that do not change a workload with its own arrival
+times, or paired differences that are all equal) prints why, with no interval, and
+exits 4 with nothing written (``--export-anyway`` writes it and exits 0).
 
 Compiled programs are kept in JAX's persistent compilation cache
 (``KVTUNE_JAX_CACHE``, default ``~/.cache/kvtune/jax-cache``; ``0``: off), so a second
@@ -98,16 +98,18 @@ def _args(argv):
                     f"gradient from the best of --explore ({HYBRID_EXPLORE}) random "
                     "exact samples; tpe, cmaes, random: black-box search for a handful "
                     "of parameters or a flat/jagged exact objective; guided: CMA-ES "
-                    "steered by the relaxed gradient; screen: --pool candidates on a "
-                    "cheap screen (the ladder's top rung), the best in full")
+                    "steered by the relaxed gradient; screen: --pool candidates "
+                    "screened by their SLO attainment at the start's goodput (one "
+                    "short run per window), the best in full")
     ap.add_argument("--evals", type=int, default=None,
                     help="exact evaluations of a search method (tpe, cmaes, random, "
                     f"guided; default {EVALS}, or the deployment's with its tuner; "
                     f"screen: full evaluations, default {SCREEN_EVALS}: the start and "
                     "the screen's best)")
-    ap.add_argument("--pool", type=int, default=POOL,
-                    help=f"--method screen: candidates screened (default {POOL}: vLLM's "
-                    "auto_tune grid on vllm-v1, the rest uniform samples)")
+    ap.add_argument("--pool", type=int, default=None,
+                    help=f"--method screen: candidates screened (default {POOL}, or the "
+                    "deployment's with its tuner: vLLM's auto_tune grid on vllm-v1, the "
+                    "rest uniform samples)")
     ap.add_argument("--no-grid", action="store_true",
                     help="on vllm-v1, do not make vLLM's auto_tune grid (8 settings) the "
                     "first generation of a black-box search")
@@ -265,19 +267,22 @@ def _logged(args, t0: float) -> int:
     return rc
 
 
-def tuner_of(dep, system: str | None, method: str | None,
-             evals: int | None) -> tuple[str, int]:
-    """The tuner and its exact evaluations: those given, else the deployment's own
-    (``dep.method``, ``dep.evals``) when ``system`` is its system or not given, else
-    ``gradient``; evaluations default to :data:`EVALS`."""
+def tuner_of(dep, system: str | None, method: str | None, evals: int | None,
+             pool: int | None = None) -> tuple[str, int, int]:
+    """The tuner, its exact evaluations and its screen's pool: those given, else the
+    deployment's own (``dep.method``, ``dep.evals``, ``dep.pool``) when ``system`` is
+    its system or not given and no method is, else ``gradient``; evaluations default
+    to :data:`EVALS` (screen: :data:`tuner.search.screen.SCREEN_EVALS`), the pool to
+    :data:`tuner.search.screen.POOL`."""
     own = system in (None, dep.system)
     if method is None:
         method = dep.method if own else "gradient"
-        if evals is None and own:
-            evals = dep.evals
+        if own:
+            evals = dep.evals if evals is None else evals
+            pool = dep.pool if pool is None else pool
     if evals is None:
         evals = SCREEN_EVALS if method == "screen" else EVALS
-    return method, evals
+    return method, evals, POOL if pool is None else pool
 
 
 GROUPED_SHARE = 0.1  # shared_instants warns from this share of requests on
@@ -348,7 +353,8 @@ def _main(args, t0: float, provenance_out: dict | None = None,
     d = FitSettings()
     try:
         dep = get_deployment(args.deployment)
-        args.method, args.evals = tuner_of(dep, args.system, args.method, args.evals)
+        args.method, args.evals, args.pool = tuner_of(dep, args.system, args.method,
+                                                      args.evals, args.pool)
         if args.method not in METHODS:
             raise ValueError(f"--method {args.method!r}: choose one of "
                              f"{', '.join(METHODS)}")

@@ -191,7 +191,12 @@ def capacity_search(rates, nominal_rps: float, target: float = TARGET,
         cap.update(expected_bracket_rps=[lo_e, hi_e],
                    expected_rungs={f"{r:.6g}": runs[r]["slo_attainment_expected"]
                                    for r in sorted(used_e)})
-    at["capacity"] = {**cap, "runs": len(runs)}  # every run, both searches'
+    # every run, both searches'; ``iterations``: the server iterations with work they
+    # simulated (a cost on the scale of a fixed-horizon ladder's), None where a run's
+    # metrics do not say
+    its = [m.get("iterations") for m in runs.values()]
+    at["capacity"] = {**cap, "runs": len(runs),
+                      "iterations": None if None in its else float(sum(its))}
     return at
 
 
@@ -211,6 +216,6 @@ def exact_capacity(run_at, rates, nominal_rps: float, target: float = TARGET,
     """Exact goodput: ``run_at(rate) -> metrics`` (a run to completion at that arrival
     rate; ``math.inf``: all at once), by :func:`capacity_search` one run at a time.
     Returns the metrics at the highest rate found within the target, the capacity
-    metrics, the bracket and the number of runs."""
+    metrics, the bracket, the number of runs and the iterations they simulated."""
     return drive(capacity_search(rates, nominal_rps, target, rtol, max_runs, False),
                  lambda rs: [run_at(r) for r in rs])

@@ -5,7 +5,8 @@ command line).
 in batches: a capacity objective's goodput searches
 (:func:`tuner.objective.capacity.capacity_search`) run in lockstep, and each round's runs
 of one system go to ``models.simulate_until_done_many`` in calls of a fixed number of
-lanes (one compiled program per system and lane count), every run to completion.
+lanes (one compiled program per system and lane count, :func:`lane_width`), every run
+to completion.
 :func:`evaluate` is one job (one lane: the unbatched simulator); :func:`run` is one run
 at the scenario's own rate.
 """
@@ -22,9 +23,29 @@ from tuner.objective.capacity import capacity_search
 from tuner.objective.objectives import DEFAULT_OBJECTIVE, parse_objective
 from tuner.scenario import Scenario
 
-__all__ = ["MAX_LANES", "evaluate", "evaluate_many", "run"]
+__all__ = ["CPU_LANES", "MAX_LANES", "evaluate", "evaluate_many", "lane_width", "run"]
 
 MAX_LANES = 32  # runs per batched call at most (memory grows with the lanes)
+# on a CPU backend every batched call has this many lanes: on 2 cores a call of 4 lanes
+# took about 1.1x one of 2 and 8 lanes about 2x one of 4 (scratch timing of the main
+# job's training windows), so 4 fills the cores, and one width gives one program per
+# system and input shape
+CPU_LANES = 4
+
+
+def lane_width(runs_per_round: int, backend: str | None = None) -> tuple[int, bool]:
+    """(lanes per batched call, prefetch the ladder) for a group whose rounds hold
+    ``runs_per_round`` runs (its jobs x their realisations). One run: one lane, the
+    unbatched simulator, rungs run as read. On an accelerator lanes are nearly free: as
+    many as the round holds (at most :data:`MAX_LANES`), and every rung in one round.
+    On a CPU lanes cost their work: :data:`CPU_LANES`, and the ladder's rungs are
+    prefetched only to fill lanes a round would leave idle (a prefetched rung past
+    the first miss is work no search reads)."""
+    if runs_per_round <= 1:
+        return 1, False
+    if (backend or jax.default_backend()) != "cpu":
+        return min(runs_per_round, MAX_LANES), True
+    return CPU_LANES, runs_per_round < CPU_LANES
 
 
 def _params(sc: Scenario, system: str, params) -> dict:
@@ -110,8 +131,9 @@ def evaluate_many(jobs: list, *, objective: str = DEFAULT_OBJECTIVE, rates=None,
     :func:`tuner.objective.capacity.ladder_rates` of the policy's saturation rate) and
     bisects its first crossing; the searches advance in lockstep and each round's runs
     of one system (and one input shape) go in batched calls of ``lanes`` runs (default:
-    as many as that group has jobs, at most ``MAX_LANES``). Results are those of
-    :func:`evaluate` on each job alone."""
+    :func:`lane_width` of the group's runs per round, which also decides whether a
+    ladder's rungs are all asked for in one round; ``lanes`` given: every rung in one
+    round unless 1). Results are those of :func:`evaluate` on each job alone."""
     obj = parse_objective(objective)
     rates = [None] * len(jobs) if rates is None else list(rates)
     if len(rates) != len(jobs):
@@ -130,10 +152,11 @@ def evaluate_many(jobs: list, *, objective: str = DEFAULT_OBJECTIVE, rates=None,
                              "in shape or settings (they must be seeds of one scenario)")
         groups.setdefault(key, []).append(len(prepared))
         prepared.append((scs, system, _params(scs[0], system, params), key))
-    width = {k: lanes or min(len(v) * len(prepared[v[0]][0]), MAX_LANES)
-             for k, v in groups.items()}
-    # one lane: rungs run one at a time, only those the search reads
-    searches = [capacity_search(r, scs[0].nominal_rps, prefetch=width[key] > 1,
+    plan = {k: lane_width(len(v) * len(prepared[v[0]][0])) for k, v in groups.items()}
+    if lanes:  # given: every rung in one round unless one lane
+        plan = {k: (lanes, lanes > 1) for k in groups}
+    width = {k: w for k, (w, _) in plan.items()}
+    searches = [capacity_search(r, scs[0].nominal_rps, prefetch=plan[key][1],
                                 expected=expected)
                 if obj.capacity else _own_rate()
                 for (scs, _, _, key), r in zip(prepared, rates)]

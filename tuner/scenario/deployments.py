@@ -22,9 +22,11 @@ class Deployment:
     fields: tuple      # (ScenarioSpec field, value) pairs; the rest are ScenarioSpec's
     description: str
     # the tuner ``tuner.fit`` uses when neither --method nor another --system is given,
-    # and its exact evaluations (None: the fit's default): chosen by measurement
+    # its exact evaluations and (screen) its pool (None: the fit's defaults): chosen by
+    # measurement
     method: str = "gradient"
     evals: int | None = None
+    pool: int | None = None
 
     def spec_fields(self) -> dict:
         return dict(self.fields)
@@ -45,13 +47,14 @@ DEPLOYMENTS = {
         description="vLLM V1's engine arguments for Qwen3-8B on one H100 80GB, ShareGPT "
                     "lengths (Poisson arrivals, 1,000 requests), SLOs TTFT 1 s and TPOT "
                     "20 ms",
-        # the screened search (32 candidates: vLLM's auto_tune grid and 24 uniform
-        # samples; the start and the screen's best 4 in full): over 3 workload seeds it
-        # reached the same held-out goodput as CMA-ES with 24 exact evaluations, the
-        # best of the tuners tried, at about 40% of its simulation cost; the gradient
-        # tuner the lowest (python3 -m experiments.fit_methods;
+        # the screened search with 16 candidates (vLLM's auto_tune grid and 8 uniform
+        # samples; the start and the screen's best 2 in full): over 3 workload seeds it
+        # reached the best held-out goodput of the tuners tried (tied with 32 screened
+        # candidates, CMA-ES with 24 exact evaluations and random search with 16) at the
+        # least simulation cost, about a fifth of CMA-ES's; the gradient tuner the
+        # lowest goodput (python3 -m experiments.fit_methods, its screen16 row;
         # experiments/results/fit_methods/)
-        method="screen", evals=5),
+        method="screen", evals=3, pool=16),
     # the built-in deployment before issue 31: ODMA on the built-in Azure conversation
     # table, DeepSeek-R1-Distill-Qwen-7B on a Cambricon MLU370-X4 (ScenarioSpec's
     # defaults); memory did not decide goodput there (experiments/results/stakes/)
