@@ -311,11 +311,24 @@ def render(res: dict) -> str:
 SGLANG_CSV = Path(__file__).resolve().parent / "data" / "sglang-memory-profiles.csv"
 
 
+def _sglang_model(value: str):
+    """(LLMSpec, weight quantization) of a record's model: a ``.json`` value is a
+    ``config.json`` relative to the CSV's folder, anything else a preset name."""
+    if value.endswith(".json"):
+        from tuner.scenario.model_config import model_from_config
+
+        cm = model_from_config(SGLANG_CSV.parent / value)
+        return cm.spec, cm.quantization
+    return get_model(value), None
+
+
 def check_sglang(rows: list[dict]) -> dict:
     """Each SGLang start-up record: the pool from the log's own two free-memory readings
     (the arithmetic) and predicted from the device and model
-    (``tuner.scenario.sglang_memory``); a record whose model is not a preset is counted
-    as not predicted."""
+    (``tuner.scenario.sglang_memory``). A record's model is a preset name or a
+    ``config.json`` under ``experiments/data`` (``tuner.scenario.model_config``: its
+    shapes and weight quantization); a record with no model is counted as not
+    predicted."""
     from tuner.scenario.sglang_memory import sglang_kv_tokens, sglang_memory_profile
 
     out = []
@@ -327,14 +340,15 @@ def check_sglang(rows: list[dict]) -> dict:
                "logged_tokens": logged, "note": r["note"], "from_log": None,
                "predicted": None}
         if r["model"]:
-            m, tp, f = get_model(r["model"]), rec["tp"], rec["mem_fraction_static"]
+            m, quant = _sglang_model(r["model"])
+            tp, f = rec["tp"], rec["mem_fraction_static"]
             if r["free_before_weights_gib"]:
                 n = sglang_kv_tokens(m, tp=tp, mem_fraction_static=f,
                                      total_gib=float(r["free_before_weights_gib"]),
                                      available_gib=float(r["free_after_weights_gib"]))
                 rec["from_log"] = {"tokens": n, "error": _rel(n, logged)}
-            n = sglang_memory_profile(r["device"], m, tp=tp,
-                                      mem_fraction_static=f).max_total_num_tokens
+            n = sglang_memory_profile(r["device"], m, tp=tp, mem_fraction_static=f,
+                                      quantization=quant).max_total_num_tokens
             err = _rel(n, logged)
             rec["predicted"] = {"tokens": n, "error": err,
                                 "within": abs(err) <= TOLERANCE}
@@ -345,6 +359,12 @@ def check_sglang(rows: list[dict]) -> dict:
             "within": sum(r["predicted"]["within"] for r in pred)}
 
 
+def _model_label(model: str | None) -> str:
+    if not model:
+        return "no model"
+    return f"`{model}`" if model.endswith(".json") else model
+
+
 def render_sglang(sg: dict) -> str:
     L = ["## SGLang's token pool vs start-up logs", "",
          f"Records: `{sg['csv']}` ({sg['total']}, each with its source). Prediction: "
@@ -352,12 +372,15 @@ def render_sglang(sg: dict) -> str:
          "log': the same arithmetic on the log's own free-memory readings. **Coverage: "
          f"{sg['predicted']} of {sg['total']} records predicted, {sg['within']} within "
          f"{TOLERANCE:.0%}.** The context constant (memory not free before the weights) "
-         "is read off the first record, so only the others check it.", "",
+         "is read off the first record, so only the others check it; it is a TP-1 "
+         "reading (what tensor-parallel communication takes before the weights is not "
+         "modelled). A model given as a `.json` is its config.json's shapes and weight "
+         "quantization (`tuner/scenario/model_config.py`).", "",
          "| record | model | device | tp | mem_fraction_static | logged tokens | from "
          "the log | predicted | error |", "|---|---|---|--:|--:|--:|--:|--:|--:|"]
     for r in sg["records"]:
         fl, pr = r["from_log"], r["predicted"]
-        L.append(f"| {r['id']} | {r['model'] or 'not a preset'} | {r['device']} | "
+        L.append(f"| {r['id']} | {_model_label(r['model'])} | {r['device']} | "
                  f"{r['tp']} | {r['mem_fraction_static']:g} | {r['logged_tokens']:,} | "
                  + (f"{fl['tokens']:,} ({_pct(fl['error'])})" if fl else "-") + " | "
                  + (f"{pr['tokens']:,} | {_pct(pr['error'])}" if pr

@@ -247,8 +247,9 @@ def test_memory_check_runs_on_the_csv(tmp_path):
                                                       "32", "10", "11", "16"))
     assert res["summary"]["outside_tolerance"] == ["1"]  # unstated settings
     sg = res["sglang"]  # SGLang's records: coverage and the pool from each log
-    assert (sg["predicted"], sg["total"], sg["within"]) == (2, 3, 2)
-    assert "## SGLang's token pool vs start-up logs" in md and "not a preset" in md
+    assert (sg["predicted"], sg["total"], sg["within"]) == (3, 3, 3)
+    assert "## SGLang's token pool vs start-up logs" in md
+    assert "`configs/qwen3-235b-a22b-fp8.json`" in md
     assert mc.main(["--out", str(tmp_path / "x"), "--csv",
                     str(tmp_path / "missing.csv")]) == 2
     assert not (tmp_path / "x").exists()

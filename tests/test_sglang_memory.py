@@ -49,7 +49,7 @@ def test_predictions_within_one_percent_of_the_logs():
     """From the device and the model alone (the context constant is read off the first
     record, so that record is not an independent check; the second is)."""
     for r in _records():
-        if not r["model"]:
+        if not r["free_before_weights_gib"]:  # no readings to compare the weights with
             continue
         p = sglang_memory_profile(r["device"], r["model"], tp=int(r["tp"]),
                                   mem_fraction_static=float(r["mem_fraction_static"]))
@@ -57,6 +57,26 @@ def test_predictions_within_one_percent_of_the_logs():
         # the weights as vLLM loads them, against what SGLang's log says they took
         took = float(r["free_before_weights_gib"]) - float(r["free_after_weights_gib"])
         assert abs(p.weights_gib - took) < 0.2
+
+
+def test_a_record_of_a_config_json_model_at_tp4():
+    """Qwen3-235B-A22B-FP8 at TP 4 from its config.json: the cell the log's K size
+    implies (one KV head per GPU), its parameter count as published, and a prediction
+    from the device alone (the context constant is a TP-1 reading) within 10%."""
+    from experiments.memory_check import _sglang_model
+
+    r = next(x for x in _records() if x["id"] == "vllm-issue-21348")
+    m, quant = _sglang_model(r["model"])
+    assert quant == "fp8" and round(m.n_params / 1e9) == 235
+    assert round(m.n_active_params / 1e9) == 22
+    p = sglang_memory_profile(r["device"], m, tp=int(r["tp"]), quantization=quant,
+                              mem_fraction_static=float(r["mem_fraction_static"]))
+    logged = int(r["logged_tokens"])
+    assert p.cell_bytes == 128 * 94 * 2 * 2
+    assert round(logged * p.cell_bytes / 2 / 2**30, 2) == 8.23  # the log's K size
+    assert abs(p.max_total_num_tokens / logged - 1) < 0.10
+    # fp8 weights: about a byte per parameter, a quarter on each GPU
+    assert 0.9 < p.weights_gib * 2**30 * 4 / m.n_params < 1.1
 
 
 def test_defaults_pages_and_kv_dtype():
