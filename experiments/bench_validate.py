@@ -5,9 +5,9 @@ padded to the whole slice, plus the whole slice under each seed) and its five po
 (ODMA's default twice, as the main job's tuned policy is its default, then static, S3
 and paged) are evaluated for goodput by :func:`tuner.objective.evaluate.evaluate_many`
 twice: with one lane (every run alone, rungs read one at a time: how validation ran
-before) and batched (searches in lockstep, each round's runs of one system in one
-``vmap``-ped call). Each way runs twice and the second run is timed, so compiling is
-left out of the comparison (it is reported apart); the goodputs of the two ways must
+before) and batched (searches in lockstep, each round's runs of one system in
+``vmap``-ped calls of :func:`tuner.objective.evaluate.lane_width` lanes). Each way runs
+twice and the second run is timed, so compiling is left out of the comparison (it is reported apart); the goodputs of the two ways must
 agree (their largest relative difference is reported).
 
 Usage (from the repository root; about 4 minutes on 2 cores)::
@@ -82,9 +82,12 @@ def render(res: dict) -> str:
          f"{one['first_s']:.1f} |",
          f"| batched | {bat['runs']} | {bat['wall_s']:.1f} | {bat['first_s']:.1f} |", "",
          f"Speed-up {res['speedup']:.2f}x; largest relative difference of a goodput "
-         f"between the two ways {res['max_rel_diff']:.1e}. The batched way runs every "
-         "rung of each ladder in one round, including rungs above the first miss that "
-         "the one-lane way never runs."]
+         f"between the two ways {res['max_rel_diff']:.1e}. The batched way's lanes per "
+         "call are `tuner.objective.evaluate.lane_width`'s: on a CPU 4, and a ladder's "
+         "rungs asked for all in one round only where a round would leave lanes idle "
+         "(else read one at a time, as the one-lane way reads them); on an accelerator "
+         "up to 32 lanes and every rung in one round, including rungs above the first "
+         "miss that no search reads."]
     return "\n".join(L) + "\n"
 
 
