@@ -7,8 +7,9 @@ and paged) are evaluated for goodput by :func:`tuner.objective.evaluate.evaluate
 twice: with one lane (every run alone, rungs read one at a time: how validation ran
 before) and batched (searches in lockstep, each round's runs of one system in
 ``vmap``-ped calls of :func:`tuner.objective.evaluate.lane_width` lanes). Each way runs
-twice and the second run is timed, so compiling is left out of the comparison (it is reported apart); the goodputs of the two ways must
-agree (their largest relative difference is reported).
+twice and the second run is timed, so compiling is left out of the comparison (it is
+reported apart); the goodputs of the two ways must agree (their largest relative
+difference is reported).
 
 Usage (from the repository root; about 4 minutes on 2 cores)::
 
