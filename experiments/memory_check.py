@@ -4,7 +4,9 @@
 
 For every record of ``../shared/reference/vllm-memory-profiles.csv`` (13 start-up
 logs quoted from public vLLM issues, pull requests and the llm-d capacity planner's
-v0.19.0 sweep; read in place, never copied) it builds the profile under the record's
+v0.19.0 sweep; read in place, never copied) and of ``experiments/data/vllm-memory-
+profiles-extra.csv`` (records found for this project in the same columns: GPTQ / AWQ
+checkpoints and devices the shared file lacks, ids ``x*``) it builds the profile under the record's
 stated settings (a setting the record leaves unstated or "default" takes the version
 line's default) and compares it with what vLLM printed: KV tokens (``GPU KV cache
 size`` in V1, ``# GPU blocks`` x block size in V0), weights, activation peak,
@@ -48,7 +50,9 @@ CALIBRATION = {
     "11": "driver total of rtx-3090-24gb (23.58 GiB) taken from this record",
     "16": "driver total of t4-16gb (14.74 GiB) taken from this record",
     **{r: "driver total of h100-80gb (79.19 GiB) also in these logs (and in the "
-          "llm-d accuracy report)" for r in ("19", "20", "24", "26", "27", "32")},
+          "llm-d accuracy report)" for r in ("19", "20", "24", "26", "27", "32", "x1")},
+    "x3": "driver total of v100-32gb (31.74 GiB) also in this log (the preset cites "
+          "another V100 log with the same figure)",
 }
 # Context for records a number cannot explain by itself (keyed by record id).
 CONTEXT = {
@@ -68,11 +72,22 @@ CONTEXT = {
          "before the 0.6.4 rework; outside the implemented lines, predicted with V0 "
          "rules for reference.",
     "3": "As record 2 (0.4.x). Mistral's 4096-token sliding window is not modelled.",
+    "x2": "The log does not print the driver total: the L40S preset's is its "
+          "datasheet's 48 GiB (nvidia-smi in the same repository shows 46,068 MiB a "
+          "GPU, and the driver reports somewhat less than nvidia-smi: 79.19 against "
+          "79.65 GiB on an H100), and the TP-2 non-torch constant was read off NVLink "
+          "H100 logs (2.07 GiB); these two offset each other here. The weights (AWQ "
+          "4-bit, group 128, Marlin) match the log to 0.01 GiB.",
     "8": "vLLM of December 2023 (pre-0.2.5, before PR #2031's peak-memory profiling); "
          "outside the implemented lines, predicted with V0 rules for reference "
          "(after the PR: 7351 blocks).",
 }
 _NUM = re.compile(r"[-+]?\d[\d,]*\.?\d*")
+# a GPTQ / AWQ cell in our form (hardware.memory_profile.weight_quantization)
+_INT_QUANT = re.compile(r"(gptq|awq)-\d+bit-g(-1|\d+)(-act)?")
+# Records found for this project (GPTQ / AWQ checkpoints, devices the shared CSV does not
+# cover), in the shared CSV's columns, each with its source and quoted log lines
+EXTRA_CSV = Path(__file__).resolve().parent / "data" / "vllm-memory-profiles-extra.csv"
 
 
 def reference_path() -> Path:
@@ -116,7 +131,10 @@ def _device_name(cell: str) -> str:
     c = cell.upper().replace(" ", "").replace("-", "")
     for key, name in (("H100", "h100-80gb"), ("A10040", "a100-40gb"),
                       ("A10080", "a100-80gb"), ("3090", "rtx-3090-24gb"),
-                      ("A6000", "rtx-a6000-48gb"), ("T4", "t4-16gb")):
+                      ("A6000", "rtx-a6000-48gb"), ("T4", "t4-16gb"),
+                      ("V100", "v100-32gb"), ("L40S", "l40s-48gb"), ("H200", "h200-141gb"),
+                      ("4090", "rtx-4090-24gb"), ("B200", "b200-180gb"),
+                      ("MI300X", "mi300x-192gb"), ("L4", "l4-24gb")):
         if key in c:
             return name
     raise ValueError(f"gpu {cell!r}: no device preset matches")
@@ -144,7 +162,8 @@ def parse_record(row: dict) -> dict:
         "block_size": block,
         "kv_cache_dtype": "fp8" if "fp8" in (row.get("kv_cache_dtype") or "") else
         "auto",
-        "quantization": "fp8" if quant.startswith("fp8") else None,
+        "quantization": "fp8" if quant.startswith("fp8") else (
+            quant if _INT_QUANT.fullmatch(quant) else None),
         "enforce_eager": eager,
         "version": line if line in VERSION_LINES else "v0",
         "usage_context": "llm_class" if ("LLM(" in quote
@@ -232,11 +251,16 @@ def _pct(v):
 def render(res: dict) -> str:
     rows = res["records"]
     L = ["# vLLM memory profile vs real start-up logs", "",
-         f"Reference: `../shared/reference/{CSV_NAME}` ({len(rows)} records). "
+         f"Reference: `../shared/reference/{CSV_NAME}` and "
+         f"`experiments/data/{EXTRA_CSV.name}` (records `x*`: GPTQ / AWQ checkpoints "
+         f"and devices the shared file lacks, with sources; {len(rows)} records). "
          "Prediction: `hardware/memory_profile.py` under each record's stated settings "
          "(unstated = the version line's default). Target: KV tokens within "
          f"{TOLERANCE:.0%} for every record of an implemented version line "
          f"({'; '.join(f'`{k}`: {v}' for k, v in VERSION_LINES.items())}).", "",
+         f"Coverage: {sum(r['predicted']['kv_cache_tokens'] is not None for r in rows)} "
+         f"of {len(rows)} records predicted (every model and device known, as a preset "
+         "or from its config).", "",
          f"**{res['summary']['within']} of {res['summary']['implemented']} records of "
          f"the implemented lines are within {TOLERANCE:.0%}** (median |error| "
          f"{100 * res['summary']['median_abs_error']:.2f}%); outside: "
@@ -401,6 +425,8 @@ def main(argv=None) -> int:
             rows = list(csv.DictReader(f))
         if not rows:
             raise ValueError(f"{path}: no records")
+        with open(EXTRA_CSV, newline="", encoding="utf-8") as f:
+            rows += list(csv.DictReader(f))
         records = [check_record(parse_record(r)) for r in rows]
         with open(SGLANG_CSV, newline="", encoding="utf-8") as f:
             sglang = check_sglang(list(csv.DictReader(f)))

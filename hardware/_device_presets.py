@@ -138,6 +138,105 @@ LPDDR5_RANDOM_RATIO = 0.66
 # than measured LPDDR5 for chunks over ~300 B.)
 HBM_ACCESS_BYTES = 32.0
 GDDR6_ACCESS_BYTES = 32.0
+# --- V100, RTX 4090, L4, H200, B200, MI300X --------------------------------------
+# Not every vendor datasheet could be retrieved; each string names the page the
+# figure was actually read from (a vendor page, or a page quoting the vendor's table).
+_V100 = (
+    "NVIDIA Tesla V100 SXM2: developer.nvidia.com 'Programming Tensor Cores in CUDA "
+    "9' and gist.github.com/wolfram77/a42aeb021a2fec7b7e85ceb71b398772 (notes on "
+    "the V100 whitepaper); V100 datasheet not retrieved"
+)
+_V100_LINKS = (
+    "Alibaba Cloud ACK 'topology-aware GPU scheduling' (alibabacloud.com): six "
+    "NVLinks per V100, 25 GB/s one way (50 both ways) each; 8 GPUs in a hybrid "
+    "cube mesh, not all pairs linked; PCIe link 16 GB/s"
+)
+_RTX4090 = (
+    "GeForce RTX 4090 board specs (octo24.com Inno3D RTX 4090 listing, "
+    "pugetsystems.com RTX 4090 24GB)"
+)
+_ADA = (
+    "Ada whitepaper figures for the GeForce RTX 4090 as tabulated by waredb.com/"
+    "processor/nvidia-geforce-rtx-4090 and gigagpu.com ('BF16 / FP16 (FP32 "
+    "accum)' row); the whitepaper itself was not retrieved"
+)
+_L4 = (
+    "NVIDIA L4 datasheet as quoted by store.sourcecode.com (L4 spec table) and "
+    "grokipedia.com/page/NVIDIA_L4_vs_L40S; datasheet itself not retrieved"
+)
+_H200 = (
+    "NVIDIA H200 SXM: MLPerf Inference v4.1 NVIDIA system file H200-SXM-141GBx8"
+    "_TRT_MaxQ.json (github.com/mlcommons/inference_results_v4.1) and AnandTech's "
+    "SC23 H200 table (anandtech.com/show/21136)"
+)
+_MAMF_HEAD = "github.com/stas00/ml-engineering compute/accelerator/README.md"
+_B200 = (
+    "glennklockwood.com/garden/processors/B200 (HGX B200 at 1,000 W: BF16 matrix "
+    "2,250 TFLOPS, 4,500 sparse; 8 TB/s; 2x 900 GB/s NVLink 5)"
+)
+_B200_MEM = (
+    "DGX B200 user guide (docs.nvidia.com/dgx/dgxb200-user-guide): '8 x NVIDIA B200 "
+    "GPUs that provide 1,440 GB total GPU memory' = 180 GB each; "
+    f"{_MAMF_HEAD} (commit 744d01e1) lists B200 SXM at 180 GB, citing NVIDIA's "
+    "HGX AI Factory components page; MLPerf v6.0 Nebius: 'NVIDIA B200-SXM-180GB'. "
+    "192 GB (glennklockwood.com) is the whole 8-stack package. The HGX B200 "
+    "datasheet itself was not retrieved"
+)
+_MI300X = (
+    f"AMD Instinct MI300X: {_MAMF_HEAD} (commit 744d01e1 memory table: 192 GB "
+    "HBM3, 5.30 TB/s; note 17 cites amd.com MI300X specifications)"
+)
+_XGMI = (
+    "rocm.blogs.amd.com 'Understanding RCCL Bandwidth and xGMI Performance on AMD "
+    "Instinct MI300X': each GPU linked to its 7 peers, 'up to 64 GB/s for each "
+    "point-to-point link', ~48 GB/s usable"
+)
+_HBM3E_BURST = (
+    _HBM_BURST + "; assumption: HBM3e keeps HBM3's 32 B pseudo-channel access"
+)
+
+# Total memory as the driver reports it, for these parts.
+_DRIVER_V100 = (
+    "PyTorch on a 'V100 32GB': 'GPU 0; 31.74 GiB total capacity' (github.com/"
+    "liucongg/ChatGLM-Finetuning/issues/73); a public vLLM 0.8.5 log on V100 "
+    "(float16, Qwen2.5-7B-Instruct): 'the current vLLM instance can use "
+    "total_gpu_memory (31.74GiB) x gpu_memory_utilization (0.90)' (repository of "
+    "that copy not resolved, public code index text id 33435952071)"
+)
+_DRIVER_RTX4090 = (
+    "github.com/vllm-project/vllm/issues/42049 (3x RTX 4090, vLLM 0.20.1): "
+    "'Tried to allocate 23.04 GiB (GPU 0; 23.52 GiB total; 0 bytes free)'; "
+    "Unsloth on 'NVIDIA GeForce RTX 4090': 'Max memory: 23.527 GB' (torch "
+    "total_memory / 2**30; text id 12562085162). No vLLM total_gpu_memory line "
+    "naming a 4090 was found"
+)
+_DRIVER_L4 = (
+    "vLLM CI on L4: 'GPU 0 has a total capacity of 22.05 GiB' (github.com/"
+    "vllm-project/vllm/issues/20214; a copy of its text says 'the OOM is specific "
+    "to the L4 we use in CI') and 'Free memory on device cuda:0 (1.54/22.05 GiB) "
+    "on startup' (vllm-project/vllm/issues/33297); Unsloth on 'NVIDIA L4' printed "
+    "'Max memory: 22.161 GB' (text id 10982666894), ~0.5% more"
+)
+_DRIVER_H200 = (
+    "public vLLM logs on one H200: 'Memory profiling results: total_gpu_memory="
+    "139.80GiB' (vLLM v0.6.4.post1, text id 54021851790) and 'total_gpu_memory "
+    "(139.81GiB) x gpu_memory_utilization (0.85)' (vLLM 0.7.3, nvidia-smi 'NVIDIA "
+    "H200 ... 143771MiB', text id 20903468563); repositories not resolved"
+)
+_DRIVER_B200 = (
+    "github.com/pytorch/ao/pull/4002 (device query on 'NVIDIA B200'): 'Total "
+    "Global Memory: 178.35 GB' (GiB despite the label); vLLM start-up check 'Free "
+    "memory on device cuda:0 (48.48/178.35 GiB) on startup' (text id 54853090387, "
+    "GPU not named there, repository not resolved)"
+)
+_DRIVER_MI300X = (
+    "vLLM V1 start-up on one MI300X (DigitalOcean gpu-mi300x1-192gb): 'Free memory "
+    "on device (191.36/191.69 GiB) on startup' (text id 68960951502, repository "
+    "not resolved); PyTorch HIP OOMs on MI300X also say 'total capacity of 191.69 "
+    "GiB'. Older ROCm stacks: 191.98 GiB, and a vLLM 0.7.4 log 'total_gpu_memory "
+    "(191.45GiB)' (text id 6563470627)"
+)
+
 PRESETS = (
     Device(
         name="mlu370-x4",
@@ -503,6 +602,267 @@ PRESETS = (
             mfu="assumption: no published RTX A6000 GEMM measurement used; kvtune's "
             "former global default 0.5",
             bw_eff="assumption: no published RTX A6000 bandwidth measurement used; "
+            "kvtune's former global default 0.8",
+        ),
+    ),
+    Device(
+        name="v100-32gb",
+        memory_bytes=32 * GiB,
+        stream_bw=900e9,
+        alpha=0.9,
+        burst_bytes=HBM_ACCESS_BYTES / 0.9,
+        peak_flops=125e12,
+        host_link_bw=16e9,
+        network_bw=12.5e9,
+        memory_kind="HBM2",
+        tp_link_bw=150e9,
+        tp_allreduce_latency_s=10.14e-6,
+        mfu=0.5,
+        bw_eff=0.8,
+        driver_memory_bytes=31.74 * GiB,
+        sources=_sources(
+            memory_bytes=f"{_V100}: SXM2 32 GB HBM2{_GIB} (NVML on a Tesla "
+            "V100-SXM2-32GB: total 34058272768 B, pastebin.com/AaFUPNi5)",
+            driver_memory_bytes=_DRIVER_V100,
+            stream_bw=f"{_V100}: HBM2 900 GB/s (4096-bit)",
+            alpha=_HBM_ALPHA,
+            burst_bytes=_HBM_BURST,
+            peak_flops=f"{_V100}: 'up to 125 Tensor TFLOPS' (FP16 multiply, FP32 "
+            "accumulate; dense, Volta has no sparsity); no BF16 on Volta, so vLLM "
+            "serves fp16",
+            host_link_bw=f"{_V100_LINKS}; PCIe Gen3 x16, 16 GB/s per direction",
+            network_bw="assumption: one 100 Gb/s NIC per GPU; no V100 system's NIC "
+            "layout was verified",
+            tp_link_bw=f"{_V100_LINKS}: 6 x 25 = 150 GB/s per direction (NVLink2, "
+            "300 GB/s both ways); only an 8-GPU ring uses all six links, a pair has "
+            "1-2 links (25-50 GB/s)",
+            tp_allreduce_latency_s="assumption: no small-message NCCL measurement on "
+            "NVLink2 V100s found; the A100 figure is reused (closest measured "
+            "NVLink part; V100 has no NVSwitch, so likely optimistic): "
+            + _NCCL_A100,
+            mfu="assumption: no published V100 GEMM measurement used; kvtune's former "
+            "global default 0.5",
+            bw_eff="assumption: no published V100 bandwidth measurement used; "
+            "kvtune's former global default 0.8",
+        ),
+    ),
+    Device(
+        name="rtx-4090-24gb",
+        memory_bytes=24 * GiB,
+        stream_bw=1008e9,
+        alpha=0.7,
+        burst_bytes=GDDR6_ACCESS_BYTES / 0.7,
+        peak_flops=165.2e12,
+        host_link_bw=32e9,
+        network_bw=12.5e9,
+        memory_kind="GDDR6X",
+        tp_link_bw=32e9,
+        tp_allreduce_latency_s=25e-6,
+        mfu=0.5,
+        bw_eff=0.8,
+        driver_memory_bytes=23.52 * GiB,
+        sources=_sources(
+            memory_bytes=f"{_RTX4090}: 24 GB GDDR6X{_GIB}",
+            driver_memory_bytes=_DRIVER_RTX4090,
+            stream_bw=f"{_RTX4090}: 1008 GB/s (21 Gbit/s x 384-bit)",
+            alpha="assumption: GDDR6X taken as GDDR6 (0.7, see l40s-48gb)",
+            burst_bytes="derived, same rule as LPDDR5: one 32 B GDDR6X access "
+            "(x16 channel x BL16 equivalent) / alpha; alpha itself is an assumption",
+            peak_flops=f"{_ADA}: BF16 Tensor with FP32 accumulate 165.2 TFLOPS "
+            "dense (330.3 with sparsity; FP16 with FP16 accumulate 330.3 dense, "
+            "which PyTorch matmuls do not use); a stock-card instruction benchmark "
+            "measured 165.5 TF/s BF16->FP32 (github.com/JustAResearcher/"
+            "gpu-unlock-ada README)",
+            host_link_bw=f"{_RTX4090}: PCI Express 4.0 x16, 32 GB/s per direction",
+            network_bw="assumption: one 100 Gb/s NIC per GPU (workstation/PCIe server)",
+            tp_link_bw=f"{_RTX4090}: no NVLink (Puget: 'Multi-GPU Technology Not "
+            "Available'); tensor parallelism over PCIe Gen4 x16, 32 GB/s per "
+            "direction",
+            tp_allreduce_latency_s=_PCIE_LATENCY,
+            mfu="assumption: no published RTX 4090 GEMM efficiency used; kvtune's "
+            "former global default 0.5",
+            bw_eff="assumption: no published RTX 4090 bandwidth measurement used; "
+            "kvtune's former global default 0.8",
+        ),
+    ),
+    Device(
+        name="l4-24gb",
+        memory_bytes=24 * GiB,
+        stream_bw=300e9,
+        alpha=0.7,
+        burst_bytes=GDDR6_ACCESS_BYTES / 0.7,
+        peak_flops=121e12,
+        host_link_bw=32e9,
+        network_bw=12.5e9,
+        memory_kind="GDDR6",
+        tp_link_bw=32e9,
+        tp_allreduce_latency_s=25e-6,
+        mfu=0.5,
+        bw_eff=0.8,
+        driver_memory_bytes=22.05 * GiB,
+        sources=_sources(
+            memory_bytes=f"{_L4}: 24 GB GDDR6, ECC on by default{_GIB}",
+            driver_memory_bytes=_DRIVER_L4,
+            stream_bw=f"{_L4}: 300 GB/s (192-bit GDDR6)",
+            alpha="assumption: GDDR6, as l40s-48gb (0.7)",
+            burst_bytes="derived, as l40s-48gb: one 32 B GDDR6 access / alpha",
+            peak_flops=f"{_L4}: FP16/BF16 Tensor 242 TFLOPS with sparsity -> 121 "
+            "dense (grokipedia quotes the FP16 figure; BF16 runs at the FP16 rate "
+            "on Ada, hmc-tech.com computes 125.3 for both at the 2,040 MHz boost); "
+            "a BF16 line of the datasheet itself was not seen",
+            host_link_bw=f"{_L4}: PCI Express 4.0 x16, 32 GB/s per direction",
+            network_bw="assumption: one 100 Gb/s NIC per GPU (PCIe server)",
+            tp_link_bw=f"{_L4}: no NVLink; tensor parallelism over PCIe Gen4 x16, "
+            "32 GB/s per direction",
+            tp_allreduce_latency_s=_PCIE_LATENCY,
+            mfu="assumption: no published L4 GEMM measurement found; kvtune's "
+            "former global default 0.5",
+            bw_eff="assumption: no published L4 bandwidth measurement found; "
+            "kvtune's former global default 0.8",
+        ),
+    ),
+    Device(
+        name="h200-141gb",
+        memory_bytes=141 * GiB,
+        stream_bw=4.8e12,
+        alpha=0.9,
+        burst_bytes=HBM_ACCESS_BYTES / 0.9,
+        peak_flops=989.4e12,
+        host_link_bw=64e9,
+        network_bw=50e9,
+        memory_kind="HBM3e",
+        tp_link_bw=450e9,
+        tp_allreduce_latency_s=6e-6,
+        mfu=794.5 / 989.4,
+        bw_eff=4.15 / 4.8,
+        driver_memory_bytes=139.80 * GiB,
+        sources=_sources(
+            memory_bytes=f"{_H200}: 141 GB HBM3e{_GIB}",
+            driver_memory_bytes=_DRIVER_H200,
+            stream_bw=f"{_H200}: 4.8 TB/s ({_MAMF_HEAD} memory table: 4.80 TB/s)",
+            alpha=_HBM_ALPHA,
+            burst_bytes=_HBM3E_BURST,
+            peak_flops=f"{_H100}: BF16 Tensor 989.4 TFLOPS dense; the H200 has the "
+            f"same GH100 compute ({_MAMF_HEAD} TFLOPS table: H200 SXM bf16 989, "
+            "'H200 is the same as H100' but for memory)",
+            host_link_bw=f"{_H200}: 'PCIe Gen5 x16' -> 64 GB/s per direction "
+            "(measured 52 GB/s host-to-device on Azure ND H200 v5, github.com/Azure/"
+            "AI-benchmarking-guide)",
+            network_bw="DGX H200 (docs.nvidia.com DGX BasePOD 'Core Components'): "
+            "eight single-port ConnectX-7, up to 400 Gb/s -> one per GPU",
+            tp_link_bw=f"{_H200}: '18x 4th Gen NVLink, 900GB/s' (both ways) -> 450 "
+            "GB/s per direction",
+            tp_allreduce_latency_s="H100 figure, same GH100 die, NVLink4 and "
+            f"NVSwitch as the HGX H100: {_NCCL_H100}",
+            mfu=_MAMF.format(
+                got=794.5,
+                peak=989,
+                pct="80.3%",
+                torch="2.7.0+cu126; H100 SXM row, whose note says 'H200 is the "
+                "same', commit 744d01e1",
+            ),
+            bw_eff=_AZURE.format(
+                got=4.15,
+                peak=4.8,
+                pct="86.5%",
+                gpu="NVIDIA H200 141GB",
+                copy=4.01,
+                dot=4.48,
+                where="github.com/Azure/AI-benchmarking-guide Azure_Results/"
+                "ND_H200_v5_results.md, commit 7f20e5fa",
+            ),
+        ),
+    ),
+    Device(
+        name="b200-180gb",
+        memory_bytes=180 * GiB,
+        stream_bw=8e12,
+        alpha=0.9,
+        burst_bytes=HBM_ACCESS_BYTES / 0.9,
+        peak_flops=2.25e15,
+        host_link_bw=64e9,
+        network_bw=50e9,
+        memory_kind="HBM3e",
+        tp_link_bw=900e9,
+        tp_allreduce_latency_s=6e-6,
+        mfu=1745.0 / 2250.0,
+        bw_eff=0.8,
+        driver_memory_bytes=178.35 * GiB,
+        sources=_sources(
+            memory_bytes=f"{_B200_MEM}{_GIB}",
+            driver_memory_bytes=_DRIVER_B200,
+            stream_bw=f"{_B200}: 8 TB/s; the driver reports a 7680-bit bus at 3996 "
+            "MHz, ~7.67 TB/s (github.com/pytorch/ao/pull/4002)",
+            alpha=_HBM_ALPHA,
+            burst_bytes=_HBM3E_BURST,
+            peak_flops=f"{_B200}: BF16 2.25 PFLOPS dense, 4.5 sparse per HGX GPU; "
+            f"{_MAMF_HEAD} TFLOPS table: B200 SXM bf16 2250 (DGX B200 datasheet)",
+            host_link_bw="MLPerf Inference v6.0 Nebius B200 system file (github.com/"
+            "mlcommons/inference_results_v6.0): 'PCIe Gen5 x16' -> 64 GB/s per "
+            "direction; glennklockwood.com lists PCIe Gen6 capability",
+            network_bw="DGX B200 user guide: 8 x ConnectX-7 single-port cards, "
+            "InfiniBand up to 400Gbps -> one 400 Gb/s link per GPU",
+            tp_link_bw=f"{_B200}: NVLink 5 1.8 TB/s (both ways) -> 900 GB/s per "
+            "direction (docs.vultr.com HGX B200 overview: NV18 between all pairs)",
+            tp_allreduce_latency_s="assumption: no small-message NCCL measurement on "
+            "B200 found; the H100 figure is reused (NVLink5 + NVSwitch is the next "
+            f"generation of the same switched fabric): {_NCCL_H100}",
+            mfu=_MAMF.format(
+                got=1745.0,
+                peak=2250,
+                pct="77.6%",
+                torch="2.7.1+cu128; B200 SXM row, commit 744d01e1",
+            ),
+            bw_eff="assumption: no published B200 STREAM measurement found; kvtune's "
+            "former global default 0.8 (the 7.67 TB/s bus figure is 96% of 8 TB/s)",
+        ),
+    ),
+    Device(
+        name="mi300x-192gb",
+        memory_bytes=192 * GiB,
+        stream_bw=5.3e12,
+        alpha=0.9,
+        burst_bytes=HBM_ACCESS_BYTES / 0.9,
+        peak_flops=1307.4e12,
+        host_link_bw=64e9,
+        network_bw=50e9,
+        memory_kind="HBM3",
+        tp_link_bw=448e9,
+        tp_allreduce_latency_s=5.39e-6,
+        mfu=668.4 / 1307.4,
+        bw_eff=0.8,
+        driver_memory_bytes=191.69 * GiB,
+        sources=_sources(
+            memory_bytes=f"{_MI300X}: 192 GB HBM3{_GIB}; MLPerf v4.1 AMD system "
+            "file: 'AMD Instinct MI300X-NPS1-SPX-192GB-750W'",
+            driver_memory_bytes=_DRIVER_MI300X,
+            stream_bw=f"{_MI300X}: 5.3 TB/s",
+            alpha=_HBM_ALPHA,
+            burst_bytes=_HBM_BURST,
+            peak_flops=f"{_MAMF_HEAD} (commit b9e29720): 2100 MHz x 256 x 2 x 1216 "
+            "= 1307.4 TFLOPS BF16 dense, 'matches the published spec' (1300 "
+            "rounded); also 'BF16 dense 1307.4 TFLOP/s' in github.com/"
+            "alpharomercoma/MI300X-vs-H200 REPORT.md",
+            host_link_bw="MLPerf Inference v4.1 AMD system file 8xMI300X_2xEPYC-"
+            "9374F.json: 'PCIe Gen5 x16' -> 64 GB/s per direction",
+            network_bw="Azure ND MI300X v5 (MicrosoftDocs/azure-docs "
+            "nd-mi300x-v5-series.md): '8x400 Gigabit NDR' for 8 MI300X -> 400 Gb/s "
+            "per GPU",
+            tp_link_bw=f"{_XGMI}: 7 x 64 = 448 GB/s per direction, reached only when "
+            "all 7 links carry traffic (TP=8); fewer GPUs get a fraction "
+            "(github.com/ROCm/rccl/pull/1270 README note), TP=2 one 64 GB/s link",
+            tp_allreduce_latency_s="measured: RCCL-tests with MSCCL++ on 8 MI300X, "
+            "1 KiB fp16 all-reduce 5.39 us out-of-place (github.com/microsoft/"
+            "mscclpp/pull/736); plain RCCL was not measured here",
+            mfu=_MAMF.format(
+                got=668.4,
+                peak=1300,
+                pct="51.4%",
+                torch="2.5.1+6.3.42131, PYTORCH_TUNABLEOP_ENABLED=1, commit "
+                "744d01e1",
+            )
+            + "; taken against this preset's 1307.4: 51.1%",
+            bw_eff="assumption: no published MI300X STREAM measurement found; "
             "kvtune's former global default 0.8",
         ),
     ),

@@ -74,13 +74,14 @@ def _from_config(
 
 
 def count_params(*, L, h, nh, kv, hd, inter, vocab, tied=False, qkv_bias=False,
-                 qk_norm=False, experts=0, per_tok=0, active=False) -> int:
+                 qk_norm=False, experts=0, per_tok=0, active=False, norms=2) -> int:
     """Parameters of a Llama/Qwen/Mistral-layout decoder from its config shapes.
 
     Per layer: q, k, v, o projections (``h*nh*hd + 2*h*kv*hd + nh*hd*h``, plus the
     QKV bias for Qwen2 and the per-head q/k RMSNorm weights, ``2*hd``, for Qwen3),
     a SwiGLU MLP (``3*h*inter``) or ``experts`` of them with a router (``h*experts``),
-    two RMSNorms (``2*h``); then the embedding, the LM head unless tied, and the final
+    ``norms`` RMSNorms (``norms*h``; two, Gemma-2/3 four: pre- and post-norms around
+    attention and MLP); then the embedding, the LM head unless tied, and the final
     norm. ``active=True`` counts ``per_tok`` experts instead of all of them.
     """
     attn = h * nh * hd + 2 * h * kv * hd + nh * hd * h
@@ -91,7 +92,7 @@ def count_params(*, L, h, nh, kv, hd, inter, vocab, tied=False, qkv_bias=False,
         mlp = used * 3 * h * inter + h * experts
     else:
         mlp = 3 * h * inter
-    return L * (attn + mlp + 2 * h) + vocab * h * (1 if tied else 2) + h
+    return L * (attn + mlp + norms * h) + vocab * h * (1 if tied else 2) + h
 
 
 def _hf(repo: str) -> str:

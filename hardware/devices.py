@@ -225,5 +225,8 @@ def load_devices(path, *, overwrite: bool = False) -> list[Device]:
     devices = [
         _device_from_record(rec, f"{path} device[{i}]") for i, rec in enumerate(records)
     ]
-    _DEVICES.register_all(devices, overwrite=overwrite)
+    try:
+        _DEVICES.register_all(devices, overwrite=overwrite)
+    except ValueError as err:  # a name clash: say which file brought it
+        raise ValueError(f"{path}: {err}") from None
     return devices

@@ -54,6 +54,11 @@ class LLMSpec:
     n_experts: int = 0  # routed experts per MoE layer; 0: dense MLP
     n_experts_per_token: int = 0  # experts each token uses (MoE top-k)
     n_active_params: int | None = None  # parameters one token uses; None: n_params
+    # Sliding-window attention: ``sliding_layers`` of the ``n_layers`` attend to the
+    # last ``sliding_window`` tokens only (Mistral-7B-v0.1: all 32 at 4096; Gemma-2:
+    # every other layer; Gemma-3: 5 of 6); None / 0: every layer attends to all
+    sliding_window: int | None = None
+    sliding_layers: int = 0
     aliases: tuple[str, ...] = ()  # other names (Hugging Face ids), case-insensitive
 
     def __post_init__(self):
@@ -87,6 +92,15 @@ class LLMSpec:
                     f"{owner}: field 'n_active_params' ({self.n_active_params}) "
                     f"exceeds n_params ({self.n_params})"
                 )
+        w, n = self.sliding_window, self.sliding_layers
+        if w is not None:
+            check_positive(owner, "sliding_window", w, integer=True)
+        if isinstance(n, bool) or not isinstance(n, int) or not (
+                (w is None and n == 0) or (w is not None and 1 <= n <= self.n_layers)):
+            raise ValueError(
+                f"{owner}: field 'sliding_layers' ({n!r}) must be in [1, n_layers] "
+                f"with a sliding_window and 0 without one (sliding_window={w!r})"
+            )
         aliases = self.aliases
         if isinstance(aliases, str) or not all(
                 isinstance(a, str) and a for a in aliases):

@@ -10,7 +10,9 @@ Two version lines (``version=``):
   ``gpu_memory_utilization`` and non-KV = weights + torch peak increase + non-torch
   increase. ``vllm/v1/core/kv_cache_utils.py``: ``num_blocks = available //
   page_size // num_layers``, tokens = ``num_blocks * block_size``, concurrency =
-  ``num_blocks / cdiv(max_model_len, block_size)``. CUDA graphs are captured after the
+  ``num_blocks / cdiv(max_model_len, block_size)``; with sliding-window layers
+  beside full ones the hybrid allocator (0.9.1+) shares the blocks among groups of
+  layers (:func:`v1_kv_pool`; the V0 line allocates them as full attention). CUDA graphs are captured after the
   KV cache is allocated and are outside the budget unless
   ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`` (``estimate_cudagraphs=True``; off by
   default, as the v0.19 logs say). What changed inside the line: early V1 (0.8.x
@@ -38,7 +40,19 @@ Llama-3.1-8B's 131072 x 128 x 2 B = 32 MiB is why vLLM logs 14.99 GiB for its
 14.96 GiB of parameters). ``quantization="fp8"`` stores the linear layers' weights
 in one byte and keeps embeddings, LM head, norms and biases in the model dtype
 (Llama-3.1-8B: 6.98e9 linear params x 1 B + 1.05e9 x 2 B + 32 MiB = 8.49 GiB, the
-reported 8.49 GiB).
+reported 8.49 GiB). GPTQ and AWQ checkpoints (``quantization="gptq-4bit-g128"``,
+``"gptq-8bit-g128-act"``, ``"awq-4bit-g128"``: method, bits, ``group_size``, ``-act``
+for GPTQ's ``desc_act``; :func:`weight_quantization`) are counted as vLLM's Marlin
+kernels hold them after loading (``quantization/kernels/mixed_precision/marlin.py``
+``process_weights_after_loading``, the default on compute capability >= 8.0): per
+linear matrix of ``k`` inputs and ``n`` outputs (q/k/v and gate/up merged as vLLM
+merges them; every expert's) the packed weights ``k*n*bits/8``, one model-dtype
+scale per group and output ``groups*n*2`` (``groups = k/group_size``, 1 for
+``group_size`` -1), AWQ's zero points repacked ``groups*n*bits/8`` (GPTQ's symmetric
+ones are dropped), and with ``desc_act`` two int32 index vectors of ``k`` (``g_idx``
+and its sort order); embeddings, LM head and norms stay in the model dtype. The
+Marlin workspace (a few MiB per device) and the older exllama kernels (GPUs before
+compute capability 8.0) are not modelled.
 
 Activation peak (torch peak increase of the profiling run, per device) =
 ``max(forward, sampler)``:
@@ -73,6 +87,7 @@ experiment ``experiments/memory_check.py`` marks those records).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -84,6 +99,7 @@ __all__ = [
     "ActivationCoefficients",
     "CUDA_GRAPH_BYTES",
     "KV_CACHE_DTYPES",
+    "KvPool",
     "MemoryProfile",
     "V0_NON_TORCH",
     "V0_SAMPLER_FP32_COPIES",
@@ -91,11 +107,14 @@ __all__ = [
     "V1_SAMPLER_WORKSPACE",
     "VERSION_LINES",
     "VllmRefusal",
+    "WeightQuantization",
     "activation_coefficients",
     "activation_peak_bytes",
     "deployment_from_profile",
     "vllm_defaults",
+    "v1_kv_pool",
     "vllm_memory_profile",
+    "weight_quantization",
 ]
 
 GiB = 2**30
@@ -105,7 +124,11 @@ VERSION_LINES = {
 }
 USAGE_CONTEXTS = ("openai_server", "llm_class")  # `vllm serve` / offline `LLM(...)`
 KV_CACHE_DTYPES = {"auto": None, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
-QUANTIZATIONS = (None, "fp8")
+QUANTIZATIONS = (None, "fp8")  # plus the GPTQ / AWQ forms of weight_quantization
+# Marlin's group sizes (quantization/utils/marlin_utils.py MARLIN_SUPPORTED_GROUP_SIZES)
+# and bits: GPTQ uint4b8 / uint8b128, AWQ uint4 (query_marlin_supported_quant_types)
+MARLIN_GROUP_SIZES = (-1, 32, 64, 128)
+INT_WEIGHT_BITS = {"gptq": (4, 8), "awq": (4,)}
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128)  # vllm/config/cache.py BlockSize
 VOCAB_PADDING = 64  # vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
 
@@ -267,18 +290,84 @@ def _check_int(field, v, lo=1):
 
 def _linear_params(m: LLMSpec) -> int:
     """Weights of the matmuls fp8 quantizes (attention and MLP projections)."""
-    attn = 2 * m.hidden_size * m.n_heads * m.head_dim \
-        + 2 * m.hidden_size * m.n_kv_heads * m.head_dim
-    mlp = (3 if m.gated_mlp else 2) * m.hidden_size * m.intermediate_size
-    return m.n_layers * (attn + mlp * max(m.n_experts, 1))
+    return m.n_layers * sum(k * n * c for k, n, c in _linear_shapes(m))
+
+
+class WeightQuantization(NamedTuple):
+    """A GPTQ or AWQ checkpoint's integer weights: ``group`` -1 is one group per
+    column (per-channel scales); ``act_order`` is GPTQ's ``desc_act``."""
+
+    method: str
+    bits: int
+    group: int
+    act_order: bool
+
+    def __str__(self) -> str:
+        return (f"{self.method}-{self.bits}bit-g{self.group}"
+                + ("-act" if self.act_order else ""))
+
+
+_INT_QUANT = re.compile(r"(gptq|awq)-(\d+)bit-g(-1|\d+)(-act)?")
+
+
+def weight_quantization(quantization) -> WeightQuantization | None:
+    """The integer scheme a ``quantization`` value names (None for ``None`` and
+    ``"fp8"``); ValueError naming the field for anything else."""
+    if quantization is None or quantization == "fp8":
+        return None
+    m = _INT_QUANT.fullmatch(quantization) if isinstance(quantization, str) else None
+    if m is None:
+        raise ValueError("field 'quantization' must be None, 'fp8' or "
+                         "'<gptq|awq>-<bits>bit-g<group_size>[-act]' (e.g. "
+                         f"'awq-4bit-g128'), got {quantization!r}")
+    method, bits, group, act = m[1], int(m[2]), int(m[3]), bool(m[4])
+    if bits not in INT_WEIGHT_BITS[method]:
+        raise ValueError(f"field 'quantization' {quantization!r}: {method} weights of "
+                         f"{bits} bits are not run by vLLM's Marlin kernels (bits: "
+                         f"{INT_WEIGHT_BITS[method]})")
+    if group not in MARLIN_GROUP_SIZES:
+        raise ValueError(f"field 'quantization' {quantization!r}: group_size {group} "
+                         f"is not one of Marlin's {MARLIN_GROUP_SIZES}")
+    if act and method != "gptq":
+        raise ValueError(f"field 'quantization' {quantization!r}: act order (desc_act) "
+                         "is a GPTQ option")
+    return WeightQuantization(method, bits, group, act)
+
+
+def _linear_shapes(m: LLMSpec) -> list[tuple[int, int, int]]:
+    """``(inputs, outputs, count)`` of one layer's matmuls as vLLM holds them: merged
+    q/k/v, the output projection, merged gate/up (fc1 for OPT) and down, per expert."""
+    h, q, kv = m.hidden_size, m.n_heads * m.head_dim, m.n_kv_heads * m.head_dim
+    e = max(m.n_experts, 1)
+    up = 2 * m.intermediate_size if m.gated_mlp else m.intermediate_size
+    return [(h, q + 2 * kv, 1), (q, h, 1), (h, up, e), (m.intermediate_size, h, e)]
+
+
+def _int_weight_bytes(m: LLMSpec, q: WeightQuantization) -> float:
+    """Bytes of the linear layers' integer weights, scales, zero points and act-order
+    indices (module docstring), all layers."""
+    total = 0.0
+    for k, n, count in _linear_shapes(m):
+        groups = 1 if q.group == -1 else math.ceil(k / q.group)
+        b = k * n * q.bits / 8 + groups * n * m.dtype_bytes
+        if q.method == "awq":
+            b += groups * n * q.bits / 8
+        if q.act_order:
+            b += 2 * 4 * k
+        total += count * b
+    return m.n_layers * total
 
 
 def _weights(m: LLMSpec, tp: int, pp: int, quantization) -> float:
     padded = math.ceil(m.vocab_size / VOCAB_PADDING) * VOCAB_PADDING
     pad = (padded - m.vocab_size) * m.hidden_size * (1 if m.tie_word_embeddings else 2)
+    q = weight_quantization(quantization)
     if quantization == "fp8":
         lin = _linear_params(m)
         params_bytes = lin * 1 + (m.n_params - lin + pad) * m.dtype_bytes
+    elif q is not None:
+        lin = _linear_params(m)
+        params_bytes = _int_weight_bytes(m, q) + (m.n_params - lin + pad) * m.dtype_bytes
     else:
         params_bytes = (m.n_params + pad) * m.dtype_bytes
     rope_cache = m.max_position * m.head_dim * m.dtype_bytes
@@ -408,9 +497,7 @@ def vllm_memory_profile(
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise ValueError(f"field 'kv_cache_dtype' must be one of "
                          f"{sorted(KV_CACHE_DTYPES)}, got {kv_cache_dtype!r}")
-    if quantization not in QUANTIZATIONS:
-        raise ValueError(f"field 'quantization' must be None or 'fp8', got "
-                         f"{quantization!r}")
+    weight_quantization(quantization)  # None, fp8 or a GPTQ / AWQ form; else ValueError
     for name, flag in (("enforce_eager", enforce_eager),
                        ("estimate_cudagraphs", estimate_cudagraphs)):
         if not isinstance(flag, bool):
@@ -486,17 +573,30 @@ def vllm_memory_profile(
     kv_heads = max(m.n_kv_heads // tp, 1)
     layers = math.ceil(m.n_layers / pp)
     page = block_size * 2 * kv_heads * m.head_dim * kv_dtype  # one layer's block
-    if available <= 0:
-        blocks = 0
-    elif version == "v1":
-        blocks = int(available // page // layers)
-    else:
-        blocks = int(available // (page * layers))
-    kv_tokens = blocks * block_size
+    if m.sliding_layers and pp > 1:
+        raise ValueError("field 'pp': pipeline stages of a model with sliding-window "
+                         "layers are not modelled")
     if version == "v1":
-        concurrency = blocks / math.ceil(max_model_len / block_size)
+        pool = v1_kv_pool(max(available, 0.0), page, m.n_layers - m.sliding_layers
+                          if pp == 1 else layers, m.sliding_layers, m.sliding_window,
+                          block_size, max_model_len, tokens)
+        blocks, kv_tokens, concurrency = pool.blocks, pool.tokens, pool.concurrency
+        short = blocks < pool.request_blocks
+        if m.sliding_layers:
+            notes.append(
+                f"sliding window {m.sliding_window} on {m.sliding_layers} of "
+                f"{m.n_layers} layers: {pool.groups} KV cache group(s) of {pool.group} "
+                f"layers share {blocks:,} blocks; a request of max_model_len holds "
+                f"{pool.request_blocks:,} of them (vLLM >= 0.9.1's hybrid allocator). "
+                "The simulators charge each token as in full attention: exact up to "
+                "the window, more than vLLM holds beyond it")
     else:
+        blocks = 0 if available <= 0 else int(available // (page * layers))
+        kv_tokens = blocks * block_size
         concurrency = kv_tokens / max_model_len
+        short = kv_tokens < max_model_len
+        if m.sliding_layers:
+            notes.append("V0 allocates sliding-window layers as full attention")
 
     refusal = None
     if blocks <= 0:
@@ -506,14 +606,14 @@ def vllm_memory_profile(
             f"{weights / GiB:.2f} GiB + activations {max(forward, sampler) / GiB:.2f}"
             f" GiB + non-torch {non_torch / GiB:.2f} GiB exceed {total / GiB:.2f} GiB "
             f"x {u})"))
-    elif kv_tokens < max_model_len:
+    elif short:
         if version == "v0":
             msg = (f"The model's max seq len ({max_model_len}) is larger than the "
                    "maximum number of tokens that can be stored in KV cache "
                    f"({kv_tokens}). Try increasing `gpu_memory_utilization` or "
                    "decreasing `max_model_len` when initializing the engine.")
         else:
-            need = math.ceil(max_model_len / block_size) * page * layers
+            need = pool.request_blocks * page * pool.group
             msg = (f"To serve at least one request with the models's max seq len "
                    f"({max_model_len}), ({need / GiB:.2f} GiB KV cache is needed, "
                    "which is larger than the available KV cache memory "
@@ -548,6 +648,49 @@ def vllm_memory_profile(
     if strict and refusal is not None:
         raise VllmRefusal(*refusal)
     return profile
+
+
+class KvPool(NamedTuple):
+    """vLLM V1's KV cache pool: ``blocks`` shared by ``groups`` KV cache groups of
+    ``group`` layers each; ``tokens`` is what it logs as the GPU KV cache size;
+    ``request_blocks`` the blocks one request of ``max_model_len`` holds."""
+
+    blocks: int
+    tokens: int
+    concurrency: float
+    request_blocks: int
+    group: int
+    groups: int
+
+
+def v1_kv_pool(available: float, page: float, full_layers: int, sliding_layers: int,
+               window: int | None, block_size: int, max_model_len: int,
+               max_num_batched_tokens: int) -> KvPool:
+    """The V1 block arithmetic of v0.19.0 (``vllm/v1/core/kv_cache_utils.py``
+    ``get_kv_cache_config_from_groups``, ``_get_kv_cache_groups_uniform_page_size``,
+    ``_report_kv_cache_config``, ``get_max_concurrency_for_kv_cache_config``;
+    ``v1/kv_cache_interface.py`` ``max_memory_usage_bytes``), ``page`` one layer's
+    block in bytes. One kind of layer: one group of all of them. Full and sliding
+    layers (the hybrid allocator, vLLM >= 0.9.1, PR #17996): groups of ``g = min(L_f,
+    L_s)`` layers (``max`` when it is under 1.5x the min, 0.18+), the last of each kind
+    padded; ``blocks = available // page // g``, logged tokens ``blocks // groups *
+    block_size``. A request holds ``cdiv(max_model_len, bs)`` blocks per full group and
+    ``cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), bs) + 1`` per
+    sliding group; concurrency = blocks / that."""
+    full = math.ceil(max_model_len / block_size)
+    swa = 0 if not sliding_layers else math.ceil(
+        min(window - 1 + max_num_batched_tokens, max_model_len) / block_size) + 1
+    if sliding_layers and full_layers:
+        lo, hi = sorted((full_layers, sliding_layers))
+        g = hi if hi < 1.5 * lo else lo
+        n_full, n_swa = math.ceil(full_layers / g), math.ceil(sliding_layers / g)
+    else:
+        g = full_layers + sliding_layers
+        n_full, n_swa = (0, 1) if sliding_layers else (1, 0)
+    groups = n_full + n_swa
+    blocks = int(available // page // g) if available > 0 else 0
+    need = n_full * full + n_swa * swa
+    return KvPool(blocks, blocks // groups * block_size, blocks / need, need, g, groups)
 
 
 def deployment_from_profile(profile: MemoryProfile,

@@ -188,3 +188,32 @@ def test_load_devices_is_all_or_nothing(tmp_path):
         hw.load_devices(path)
     assert "test-new" not in hw.list_devices()
     assert hw.get_device("a100-80gb").stream_bw == 2.039e12
+
+
+def test_hardware_flag_takes_a_device_file(tmp_path):
+    """``--hardware FILE`` (a device file, not a profile) registers and uses its device;
+    a file of two devices, or one that clashes with a preset, is one clear error."""
+    import subprocess
+    import sys
+
+    from tuner.scenario import ScenarioSpec, build_scenario
+
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(dict(_FILE_DEV, name="test-flag-dev")))
+    sc = build_scenario(ScenarioSpec(model="qwen-2.5-0.5b", hardware=str(path),
+                                     n_requests=20))
+    assert sc.deployment.device.name == "test-flag-dev"
+    assert sc.deployment.device.memory_bytes == _FILE_DEV["memory_bytes"]
+    cmd = [sys.executable, "-m", "tuner.memory", "--model", "qwen-2.5-0.5b", "--json",
+           "--hardware"]
+    r = subprocess.run([*cmd, str(path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["device"] == "test-flag-dev"
+    two = tmp_path / "two.json"
+    two.write_text(json.dumps([dict(_FILE_DEV, name="t-a"), dict(_FILE_DEV, name="t-b")]))
+    clash = tmp_path / "clash.json"
+    clash.write_text(json.dumps(dict(_FILE_DEV, name="h100-80gb")))
+    for f, msg in ((two, "holds one device, found 2"), (clash, "already registered")):
+        r = subprocess.run([*cmd, str(f)], capture_output=True, text=True)
+        assert r.returncode == 2 and msg in r.stderr and str(f) in r.stderr
+        assert "Traceback" not in r.stderr

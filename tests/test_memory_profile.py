@@ -101,6 +101,26 @@ def test_fp8_weights_keep_embeddings_in_bf16():
     assert round(p.weights_gib, 2) == 8.49
 
 
+def test_awq_and_gptq_weights_by_hand():
+    # Llama-3.1-8B per layer, as vLLM merges the matmuls (inputs k x outputs n):
+    # qkv 4096 x 6144, o 4096 x 4096, gate_up 4096 x 28672, down 14336 x 4096.
+    # 4-bit packed k*n/2 bytes: 12,582,912 + 8,388,608 + 58,720,256 + 29,360,128
+    packed = 109_051_904
+    # group 128: k/128 groups (32, 32, 32, 112) x n fp16 scales of 2 bytes
+    scales = 32 * 6144 * 2 + 32 * 4096 * 2 + 32 * 28672 * 2 + 112 * 4096 * 2
+    assert scales == 3_407_872
+    zeros = scales // 4  # AWQ: one 4-bit zero point per scale
+    g_idx = 8 * (4096 + 4096 + 4096 + 14336)  # GPTQ desc_act: g_idx + sort order, int32
+    rest = 2 * (8_030_261_248 - 6_979_321_856) + 33_554_432  # bf16 rest + rope cache
+    for q, per_layer in (("awq-4bit-g128", packed + scales + zeros),
+                         ("gptq-4bit-g128", packed + scales),
+                         ("gptq-4bit-g128-act", packed + scales + g_idx)):
+        p = hw.vllm_memory_profile("h100-80gb", "llama-3.1-8b", quantization=q,
+                                   max_model_len=8192)
+        assert p.weights_bytes == 32 * per_layer + rest, q
+    assert round(p.weights_gib, 3) == 5.347
+
+
 def test_fp8_kv_cache_halves_the_bytes_per_token():
     base = hw.vllm_memory_profile("h100-80gb", "llama-3.1-8b", max_model_len=8192)
     fp8 = hw.vllm_memory_profile("h100-80gb", "llama-3.1-8b", max_model_len=8192,
@@ -179,6 +199,9 @@ def test_refusals_name_the_field(kwargs, field):
     (dict(block_size=7), "block_size"),
     (dict(kv_cache_dtype="int4"), "kv_cache_dtype"),
     (dict(quantization="awq"), "quantization"),
+    (dict(quantization="awq-4bit-g100"), "quantization"),
+    (dict(quantization="gptq-3bit-g128"), "quantization"),
+    (dict(quantization="awq-4bit-g128-act"), "quantization"),
     (dict(version="v2"), "version"),
     (dict(tp=0), "tp"),
     (dict(max_num_seqs=0), "max_num_seqs"),
@@ -238,7 +261,7 @@ def test_memory_check_runs_on_the_csv(tmp_path):
     assert mc.main(["--out", str(tmp_path)]) == 0
     res = json.loads((tmp_path / "memory_check.json").read_text())
     md = (tmp_path / "memory_check.md").read_text()
-    assert len(res["records"]) == 13 and "## KV cache tokens" in md
+    assert len(res["records"]) == 16 and "## KV cache tokens" in md
     by_id = {r["id"]: r for r in res["records"]}
     assert by_id["20"]["version_line"] == "v1" and by_id["10"]["version_line"] == "v0"
     assert by_id["2"]["version_line"].startswith("outside")
@@ -246,6 +269,16 @@ def test_memory_check_runs_on_the_csv(tmp_path):
     assert all(by_id[r]["within_tolerance"] for r in ("19", "20", "24", "26", "27",
                                                       "32", "10", "11", "16"))
     assert res["summary"]["outside_tolerance"] == ["1"]  # unstated settings
+    # the project's records: 4-bit GPTQ on an H100 (v0.19), AWQ 70B at TP 2 on L40S
+    # (v0.16), fp16 on a V100 (V0); the 4-bit weights as logged
+    x1, x2, x3 = by_id["x1"], by_id["x2"], by_id["x3"]
+    assert x1["settings"]["quantization"] == "gptq-4bit-g128"
+    assert abs(x1["errors"]["kv_cache_tokens"]) < 0.005
+    assert round(x1["predicted"]["weights_gib"], 2) == 5.34  # log: 5.38 (Machete)
+    assert round(x2["predicted"]["weights_gib"], 2) == x2["reported"]["weights_gib"]
+    assert (x2["settings"]["device"], x3["settings"]["device"]) == ("l40s-48gb",
+                                                                    "v100-32gb")
+    assert abs(x3["errors"]["kv_cache_tokens"]) < 0.01
     sg = res["sglang"]  # SGLang's records: coverage and the pool from each log
     assert (sg["predicted"], sg["total"], sg["within"]) == (3, 3, 3)
     assert "## SGLang's token pool vs start-up logs" in md
@@ -253,3 +286,73 @@ def test_memory_check_runs_on_the_csv(tmp_path):
     assert mc.main(["--out", str(tmp_path / "x"), "--csv",
                     str(tmp_path / "missing.csv")]) == 2
     assert not (tmp_path / "x").exists()
+
+
+def test_hybrid_pool_reproduces_gemma3_27b_log():
+    # vLLM 0.11.0rc2 start-up log of google/gemma-3-27b-it, TP 1, max_model_len 4096,
+    # max_num_batched_tokens 8192 (a public GitHub document, code index text id
+    # 9297248278): "Available KV cache memory: 109.86 GiB", "Add 8 padding layers",
+    # "GPU KV cache size: 205,696 tokens", "Maximum concurrency for 4,096 tokens per
+    # request: 50.05x", "num_gpu_blocks is: 89994". 62 layers, 10 global (layer i
+    # global when (i + 1) % 6 == 0), window 1024; one layer's block 16 x 2 x 16 KV heads
+    # x 128 x 2 bytes
+    page = 16 * 2 * 16 * 128 * 2
+    pool = mp.v1_kv_pool(89994 * page * 10, page, 10, 52, 1024, 16, 4096, 8192)
+    # groups of min(10, 52) = 10 layers: 1 global + ceil(52 / 10) = 6 local (8 padding)
+    assert (pool.group, pool.groups, pool.blocks) == (10, 7, 89994)
+    assert pool.tokens == 89994 // 7 * 16 == 205_696
+    # a request: 4096 / 16 = 256 blocks global, ceil(min(1023 + 8192, 4096) / 16) + 1
+    # = 257 per local group
+    assert pool.request_blocks == 256 + 6 * 257
+    assert round(pool.concurrency, 2) == 50.05
+
+
+def test_all_sliding_pool_reproduces_starcoder2_log():
+    # github.com/vllm-project/vllm/pull/19029 (bigcode/starcoder2-3b, every layer a
+    # 4096 window, H100, vllm serve defaults): "GPU KV cache size: 2,198,512 tokens"
+    # before and after; concurrency for 16,384 tokens 134.19x before, 178.68x after
+    page = 16 * 2 * 2 * 128 * 2
+    pool = mp.v1_kv_pool(137_407 * page * 30 + page, page, 0, 30, 4096, 16, 16384, 8192)
+    assert (pool.groups, pool.blocks, pool.tokens) == (1, 137_407, 2_198_512)
+    assert pool.request_blocks == (4095 + 8192) // 16 + 1 + 1  # ceil(12287 / 16) + 1
+    assert round(pool.concurrency, 2) == 178.68
+
+
+def test_full_attention_pool_is_the_plain_block_count():
+    for avail, layers, mml in ((5e10, 32, 8192), (7.3e9, 28, 4000), (1e6, 40, 2048)):
+        page = 16 * 2 * 8 * 128 * 2
+        pool = mp.v1_kv_pool(avail, page, layers, 0, None, 16, mml, 8192)
+        blocks = int(avail // page // layers)
+        assert (pool.blocks, pool.tokens, pool.groups) == (blocks, blocks * 16, 1)
+        assert pool.concurrency == blocks / -(-mml // 16)
+
+
+def test_a_gemma2_profile_holds_more_requests_than_its_tokens_say():
+    spec = dataclasses.replace(hw.get_model("llama-3.1-8b"), name="swa-test",
+                               sliding_window=1024, sliding_layers=16)
+    kw = dict(max_model_len=32768, max_num_batched_tokens=2048, gpu_memory_utilization=0.9)
+    full = hw.vllm_memory_profile("h100-80gb", "llama-3.1-8b", **kw)
+    swa = hw.vllm_memory_profile("h100-80gb", spec, **kw)
+    # 16 full + 16 sliding layers: two groups of 16 sharing twice the blocks; logged
+    # tokens the same (no padding), a long request holds fewer blocks
+    assert swa.kv_cache_blocks - 2 * full.kv_cache_blocks in (0, 1)  # floor rounding
+    assert swa.kv_cache_tokens == full.kv_cache_tokens
+    assert swa.max_concurrency == pytest.approx(
+        swa.kv_cache_blocks / (2048 + (1023 + 2048 + 15) // 16 + 1))
+    assert swa.max_concurrency > 1.8 * full.max_concurrency
+    assert any("sliding window 1024" in n for n in swa.notes)
+    with pytest.raises(ValueError, match="'pp'"):
+        hw.vllm_memory_profile("h100-80gb", spec, pp=2, **kw)
+    kw.update(version="v0", enable_chunked_prefill=True)  # V0: sized as full attention
+    assert hw.vllm_memory_profile("h100-80gb", spec, **kw).kv_cache_tokens == \
+        hw.vllm_memory_profile("h100-80gb", "llama-3.1-8b", **kw).kv_cache_tokens
+
+
+def test_near_equal_layer_counts_share_one_group_size():
+    # vLLM 0.18+ (kv_cache_utils.py _get_kv_cache_groups_uniform_page_size): when the
+    # larger count is under 1.5x the smaller, groups take the larger one and the
+    # smaller kind is padded: 13 full + 12 sliding -> two groups of 13, not three of 12
+    pool = mp.v1_kv_pool(1000 * 4096 * 13, 4096, 13, 12, 512, 16, 4096, 2048)
+    assert (pool.group, pool.groups, pool.blocks, pool.tokens) == (13, 2, 1000, 8000)
+    pool = mp.v1_kv_pool(1000 * 4096 * 10, 4096, 10, 20, 512, 16, 4096, 2048)
+    assert (pool.group, pool.groups) == (10, 3)  # 20 >= 1.5 x 10: groups of the smaller

@@ -160,13 +160,18 @@ def test_vision_towers_it_cannot_count_are_refused(tmp_path, change, field):
 @pytest.mark.parametrize("change, field", [
     ({"num_hidden_layers": None}, "'num_hidden_layers' is missing"),
     ({"hidden_size": -4096}, "'hidden_size' must be a positive integer"),
-    ({"model_type": "gemma2"}, "'model_type' 'gemma2' is not interpreted"),
-    ({"sliding_window": 4096}, "'sliding_window' \\(4096\\) is active"),
+    ({"model_type": "phi3"}, "'model_type' 'phi3' is not interpreted"),
+    ({"sliding_window": 4096}, "'sliding_window' \\(4096\\) is set"),
+    ({"layer_types": ["sliding_attention"] * 32, "sliding_window": None},
+     "'sliding_window' is missing"),
+    ({"layer_types": ["chunked_attention"] * 32}, "'layer_types' must list 32"),
+    ({"layer_types": ["full_attention"] * 31}, "'layer_types' must list 32"),
+    ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 4096},
+     "'use_sliding_window' is true"),
     ({"attention_bias": True}, "'attention_bias'"),
     ({"torch_dtype": "float32"}, "'torch_dtype' 'float32'"),
-    ({"quantization_config": {"quant_method": "gptq", "bits": 4}},
-     "'quantization_config' \\(quant_method 'gptq'\\)"),
-    ({"layer_types": ["sliding_attention", "full_attention"]}, "'layer_types'"),
+    ({"quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}},
+     "'quantization_config' \\(quant_method 'bitsandbytes'\\)"),
     ({"tie_word_embeddings": "no"}, "'tie_word_embeddings' must be true or false"),
 ])
 def test_what_it_cannot_interpret_is_refused_by_name(tmp_path, change, field):
@@ -217,6 +222,114 @@ def test_compressed_tensors_schemes_it_cannot_count_are_refused(tmp_path, change
     assert e.match(field) and "config.json" in str(e.value)
 
 
+# Gemma-2-9B's and Gemma-3-1B's shapes (google/gemma-2-9b and google/gemma-3-1b-pt
+# config.json); published parameter counts (safetensors totals on their Hugging Face
+# pages): 9,241,705,984 and 999,885,952
+GEMMA2_9B = {"model_type": "gemma2", "num_hidden_layers": 42, "hidden_size": 3584,
+             "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
+             "intermediate_size": 14336, "vocab_size": 256000,
+             "max_position_embeddings": 8192, "sliding_window": 4096,
+             "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+             "query_pre_attn_scalar": 256, "torch_dtype": "float32"}
+GEMMA3_1B = {"model_type": "gemma3_text", "num_hidden_layers": 26, "hidden_size": 1152,
+             "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+             "intermediate_size": 6912, "vocab_size": 262144,
+             "max_position_embeddings": 32768, "sliding_window": 512,
+             "sliding_window_pattern": 6, "torch_dtype": "bfloat16"}
+
+
+def test_gemma2_and_gemma3_count_their_four_norms_and_local_layers(tmp_path):
+    g2 = model_from_config(_write(tmp_path, {**GEMMA2_9B, "torch_dtype": "bfloat16"},
+                                  "g2")).spec
+    assert g2.n_params == 9_241_705_984 and g2.tie_word_embeddings
+    assert (g2.sliding_window, g2.sliding_layers) == (4096, 21)  # layers 0, 2, ..., 40
+    g3 = model_from_config(_write(tmp_path, GEMMA3_1B, "g3")).spec
+    assert g3.n_params == 999_885_952
+    assert (g3.sliding_window, g3.sliding_layers) == (512, 22)  # 26 - 26 // 6 global
+    assert "sliding_window_pattern=6" in g3.source("sliding_layers")
+    # layer_types, when given, decides; a window-free Mistral is full attention
+    types = ["sliding_attention", "full_attention"] * 13
+    g3t = model_from_config(_write(tmp_path, {**GEMMA3_1B, "layer_types": types},
+                                   "g3t")).spec
+    assert g3t.sliding_layers == 13
+    mistral = {**LLAMA8, "model_type": "mistral", "sliding_window": 4096}
+    assert model_from_config(_write(tmp_path, mistral, "mi")).spec.sliding_layers == 32
+    plain = model_from_config(_write(tmp_path, {**mistral, "sliding_window": None},
+                                     "mn")).spec
+    assert plain.sliding_window is None and plain.sliding_layers == 0
+
+
+def test_gemma2_float32_checkpoints_are_refused(tmp_path):
+    # google/gemma-2-9b ships float32 weights; vLLM would load them as asked: say so
+    with pytest.raises(ValueError, match="'torch_dtype' 'float32'"):
+        model_from_config(_write(tmp_path, GEMMA2_9B))
+
+
+# the quantization_config layouts of AutoGPTQ and AutoAWQ checkpoints (written here)
+GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False,
+        "sym": True, "damp_percent": 0.01, "true_sequential": True}
+AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True,
+       "version": "gemm", "modules_to_not_convert": None}
+
+
+@pytest.mark.parametrize("q, form", [
+    (GPTQ, "gptq-4bit-g128"), ({**GPTQ, "desc_act": True}, "gptq-4bit-g128-act"),
+    ({**GPTQ, "bits": 8, "group_size": -1}, "gptq-8bit-g-1"), (AWQ, "awq-4bit-g128"),
+    ({**AWQ, "group_size": 64, "version": "GEMV"}, "awq-4bit-g64"),
+])
+def test_gptq_and_awq_configs_name_their_marlin_form(tmp_path, q, form):
+    m = model_from_config(_write(tmp_path, {**LLAMA8, "quantization_config": q}))
+    assert m.quantization == form
+    assert m.spec.n_params == 8_030_261_248  # the shapes are the unquantized model's
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"bits": 3}, "3 bits"), ({"group_size": 100}, "group_size 100"),
+    ({"sym": False}, "sym' is False"), ({"bits": None}, "bits' must be an integer"),
+    ({"desc_act": "yes"}, "desc_act' must be"),
+    ({"checkpoint_format": "marlin"}, "checkpoint_format' 'marlin'"),
+    ({"dynamic": {"-:.*mlp.*": {}}}, "dynamic' is set"),
+])
+def test_gptq_schemes_it_cannot_count_are_refused(tmp_path, change, field):
+    cfg = {**LLAMA8, "quantization_config": {**GPTQ, **change}}
+    with pytest.raises(ValueError, match="field 'quantization_config") as e:
+        model_from_config(_write(tmp_path, cfg))
+    assert e.match(field) and "config.json" in str(e.value)
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"bits": 8}, "8 bits"), ({"zero_point": False}, "zero_point' is False"),
+    ({"modules_to_not_convert": ["visual"]}, "modules_to_not_convert'"),
+    ({"version": "exllama"}, "version' 'exllama'"),
+])
+def test_awq_schemes_it_cannot_count_are_refused(tmp_path, change, field):
+    cfg = {**LLAMA8, "quantization_config": {**AWQ, **change}}
+    with pytest.raises(ValueError, match="field 'quantization_config") as e:
+        model_from_config(_write(tmp_path, cfg))
+    assert e.match(field)
+
+
+def test_a_fit_scenario_takes_a_config_path_with_its_quantization(tmp_path):
+    from tuner.scenario import ScenarioSpec, build_scenario
+
+    awq = _write(tmp_path, {**LLAMA8, "quantization_config": AWQ}, "awq")
+    kw = dict(hardware="h100-80gb", n_requests=20, max_model_len=8192)
+    q = build_scenario(ScenarioSpec(model=str(awq), **kw))
+    plain = build_scenario(ScenarioSpec(model="llama-3.1-8b", **kw))
+    assert q.deployment.profile.quantization == "awq-4bit-g128"
+    # a quarter of the bytes in the linear layers: less to hold, less to read a step
+    ratio = q.hw.weight_bytes / plain.hw.weight_bytes
+    assert 0.3 < ratio < 0.4
+    assert q.deployment.kv_capacity_tokens > plain.deployment.kv_capacity_tokens
+    assert q.fingerprint != plain.fingerprint
+    from tuner.export.deployment import vllm_args  # vllm serve takes the checkpoint folder
+
+    assert vllm_args(q)["args"]["--model"] == str(awq)
+    assert vllm_args(plain)["args"]["--model"] == "meta-llama/Llama-3.1-8B"
+    with pytest.raises(ValueError, match="no such file"):
+        build_scenario(ScenarioSpec(model=str(tmp_path / "none" / "config.json"), **kw))
+
+
 def test_bad_files(tmp_path):
     with pytest.raises(ValueError, match="no such file"):
         model_from_config(tmp_path)  # a folder without config.json
@@ -253,3 +366,7 @@ def test_memory_cli_takes_a_config_path(tmp_path):
     assert "Traceback" not in err and err.count("\n") == 1
     rc, err = _memory("--model", str(tmp_path / "fp8"), "--quantization", "none")
     assert rc == 2 and "quantization_config fp8" in err
+    rc, awq = _memory("--model", str(_write(tmp_path, {**LLAMA8,
+                                                       "quantization_config": AWQ}, "a")))
+    assert rc == 0 and awq["quantization"] == "awq-4bit-g128"
+    assert awq["weights_gib"] < 0.4 * preset["weights_gib"]

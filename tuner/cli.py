@@ -40,10 +40,13 @@ def add_scenario_args(ap: argparse.ArgumentParser, d: ScenarioSpec | None = None
     g = ap.add_argument_group(title)
     g.add_argument("--trace", default=None, help="trace file or preset (default: "
                    + ("built-in" if d.trace == "default" else d.trace) + ")")
-    g.add_argument("--hardware", default=None, help="device preset or a tuner.calibrate "
-                   f"profile file (default {d.hardware})")
-    g.add_argument("--model", default=None, help="model preset (default: the model a "
-                   f"profile was calibrated on, else {d.model})")
+    g.add_argument("--hardware", default=None, help="device preset, a device file "
+                   "(.json / .toml: one device's numbers, hardware.load_devices) or a "
+                   f"tuner.calibrate profile file (default {d.hardware})")
+    g.add_argument("--model", default=None, help="model preset, Hugging Face id of one, "
+                   "or a path to a config.json or its folder (tuner/scenario/"
+                   "model_config.py; its quantization_config is applied) (default: the "
+                   f"model a profile was calibrated on, else {d.model})")
     g.add_argument("--tp", type=int, default=None, help="tensor-parallel degree"
                    + (f" (default {d.tp})" if d.tp else ""))
     g.add_argument("--capacity-tokens", type=int, default=None)

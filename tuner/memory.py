@@ -9,7 +9,8 @@ rules and sources in ``hardware/memory_profile.py``). Flags carry vLLM's names; 
 omitted one takes vLLM's default. ``--model`` takes a preset name, a Hugging Face
 id (``Qwen/Qwen3-8B``) or a path to a model's ``config.json`` or the folder holding it
 (:mod:`tuner.scenario.model_config`: the fields it reads; its ``quantization_config``
-fp8 sets ``--quantization fp8`` unless the flag is given). ``--engine sglang`` prints
+sets ``--quantization`` unless the flag is given). ``--hardware`` takes a device preset,
+a device file (one device's numbers, :func:`hardware.load_devices`) or a profile. ``--engine sglang`` prints
 SGLang's token pool instead (:mod:`tuner.scenario.sglang_memory`).
 A deployment vLLM would refuse to start (weights and
 non-KV memory over the budget, KV cache smaller than one ``--max-model-len``
@@ -25,6 +26,7 @@ import json
 import sys
 
 from hardware import list_devices, list_models, vllm_memory_profile
+from tuner.scenario.build import resolve_hardware
 from tuner.scenario.model_config import is_config_path, model_from_config
 
 __all__ = ["main", "render"]
@@ -86,7 +88,9 @@ def render(profile) -> str:
 def main(argv=None) -> int:
     ap = _Parser(prog="python -m tuner.memory", description=__doc__.split("\n\n")[0])
     ap.add_argument("--hardware", required=True,
-                    help=f"device preset ({', '.join(list_devices())})")
+                    help=f"device preset ({', '.join(list_devices())}), a device "
+                         "file (.json / .toml, hardware.load_devices) or a device "
+                         "profile from tuner.calibrate")
     ap.add_argument("--model", required=True,
                     help="model preset, Hugging Face id "
                          f"({', '.join(list_models())}), or a path to a "
@@ -101,7 +105,10 @@ def main(argv=None) -> int:
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--kv-cache-dtype", default="auto",
                     help="auto (the model dtype), fp8, fp8_e4m3 or fp8_e5m2")
-    ap.add_argument("--quantization", default=None, help="fp8 (weights) or none")
+    ap.add_argument("--quantization", default=None,
+                    help="weights: fp8, a GPTQ / AWQ form such as awq-4bit-g128 or "
+                         "gptq-4bit-g128-act (hardware.memory_profile."
+                         "weight_quantization), or none")
     ap.add_argument("--enforce-eager", action="store_true")
     ap.add_argument("--enable-chunked-prefill", type=_bool, default=None,
                     metavar="{true,false}")
@@ -124,6 +131,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     quant = None if args.quantization in (None, "none", "None") else args.quantization
     try:
+        args.hardware = resolve_hardware(args.hardware)[0]
         model = args.model
         if is_config_path(model):
             read = model_from_config(model)

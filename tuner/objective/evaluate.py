@@ -152,9 +152,10 @@ def evaluate_many(jobs: list, *, objective: str = DEFAULT_OBJECTIVE, rates=None,
                              "in shape or settings (they must be seeds of one scenario)")
         groups.setdefault(key, []).append(len(prepared))
         prepared.append((scs, system, _params(scs[0], system, params), key))
-    plan = {k: lane_width(len(v) * len(prepared[v[0]][0])) for k, v in groups.items()}
     if lanes:  # given: every rung in one round unless one lane
         plan = {k: (lanes, lanes > 1) for k in groups}
+    else:
+        plan = {k: lane_width(len(v) * len(prepared[v[0]][0])) for k, v in groups.items()}
     width = {k: w for k, (w, _) in plan.items()}
     searches = [capacity_search(r, scs[0].nominal_rps, prefetch=plan[key][1],
                                 expected=expected)

@@ -30,7 +30,7 @@ from tuner.workloads.traces import Trace, summary, to_workload
 __all__ = ["CALIBRATION_MAX", "CALIBRATION_MIN", "DEFAULT_RATE", "KV_CACHE_DTYPES",
            "PREDICTOR_CACHE", "SCHEDULERS", "U_CALIBRATIONS", "Scenario", "ScenarioSpec",
            "build_scenario", "check_profile_model", "check_spec", "clip_lengths",
-           "profile_model", "resolve_hardware",
+           "profile_model", "resolve_hardware", "resolve_model",
            "scale_to_max_tokens"]
 
 DEFAULT_RATE = 5.0  # req/s for traces without timestamps (Azure conv. averages 5.53)
@@ -545,6 +545,10 @@ def build_scenario(spec: ScenarioSpec) -> Scenario:
     digest.update(json.dumps(_fingerprint_spec(spec), sort_keys=True).encode())
     if calibrated:  # a profile file: its values, not its path, define the scenario
         digest.update(json.dumps(calibrated, sort_keys=True).encode())
+    if _is_device_file(spec.hardware):  # and a device file's
+        digest.update(repr(dep.device).encode())
+    if dep.model.name.endswith("(config.json)"):  # likewise a model's config file
+        digest.update(repr((dep.model, dep.profile and dep.profile.quantization)).encode())
     return Scenario(spec=spec, workload=wl, cfg=cfg, hw=roof, deployment=dep,
                     history=history, prediction_source=source, summary=stats,
                     fingerprint=digest.hexdigest()[:16], clipped_outputs=clipped_outputs,
@@ -556,7 +560,7 @@ def _deployment(spec: ScenarioSpec, device: str) -> hardware.Deployment:
     """The deployment with vLLM's KV capacity for the spec's engine settings (the V0
     engine's memory profile under scheduler "v0", V1's under "chunked")."""
     chunked = spec.scheduler == "chunked"
-    model = hardware.get_model(spec.model)
+    model, quantization = resolve_model(spec.model)
     max_model_len = spec.max_model_len
     if max_model_len is None:
         max_model_len = int(model.max_position)
@@ -568,21 +572,58 @@ def _deployment(spec: ScenarioSpec, device: str) -> hardware.Deployment:
         engine="vllm-v1" if chunked else "vllm-v0",
         engine_args={"max_model_len": max_model_len, "block_size": spec.block_size,
                      "kv_cache_dtype": spec.kv_cache_dtype,
+                     "quantization": quantization,
                      "enforce_eager": spec.enforce_eager,
                      "enable_chunked_prefill": chunked})
 
 
+def resolve_model(name: str):
+    """``(LLMSpec, weight quantization)`` of a ``--model`` value: a preset name or the
+    Hugging Face id of one (no quantization), or a path to a Hugging Face
+    ``config.json`` or its folder (:func:`tuner.scenario.model_config.model_from_config`:
+    its shapes and the quantization its ``quantization_config`` names)."""
+    from tuner.scenario.model_config import is_config_path, model_from_config
+
+    if is_config_path(name):
+        cm = model_from_config(name)
+        return cm.spec, cm.quantization
+    return hardware.get_model(name), None
+
+
 def resolve_hardware(name: str) -> tuple[str, dict, str | None]:
-    """A device preset name, or a device profile file from ``tuner.calibrate`` (a path
-    ending in ``.json``): the device name, the calibrated roofline fields ({} for a
-    preset) and the model the profile was calibrated on (None for a preset or a profile
-    that does not record one)."""
+    """A device preset name, a device profile file from ``tuner.calibrate`` (a ``.json``
+    file with a ``format`` field), or a device file (:func:`hardware.load_devices`: one
+    device's numbers in a ``.json`` or ``.toml`` file, registered under its ``name``):
+    the device name, the calibrated roofline fields ({} for a preset or a device file)
+    and the model the profile was calibrated on (None for a preset, a device file or a
+    profile that does not record one)."""
+    if _is_device_file(name):
+        devices = hardware.load_devices(name)
+        if len(devices) != 1:
+            raise ValueError(f"{name}: a --hardware device file holds one device, found "
+                             f"{len(devices)}")
+        return devices[0].name, {}, None
     if str(name).endswith(".json"):
         from hardware.profile import load_profile, profile_values
 
         prof = load_profile(name)
         return prof["device"], profile_values(prof), _model_of(prof)
     return name, {}, None
+
+
+def _is_device_file(name) -> bool:
+    """A ``.toml`` file, or a ``.json`` file whose top level is not a device profile
+    (no ``format`` field); unreadable files go to the profile reader's error."""
+    n = str(name)
+    if n.endswith(".toml"):
+        return True
+    if not n.endswith(".json"):
+        return False
+    try:
+        d = json.loads(Path(n).read_text())
+    except (OSError, ValueError):
+        return False
+    return not (isinstance(d, dict) and "format" in d)
 
 
 def _model_of(prof: dict) -> str | None:
@@ -593,7 +634,7 @@ def _model_of(prof: dict) -> str | None:
 def profile_model(hardware_name: str) -> str | None:
     """The model a device profile file was calibrated on (its ``model`` field), or None
     for a preset name or a profile that does not record one."""
-    if not str(hardware_name).endswith(".json"):
+    if not str(hardware_name).endswith(".json") or _is_device_file(hardware_name):
         return None
     from hardware.profile import load_profile
 
@@ -609,7 +650,7 @@ def check_profile_model(spec: ScenarioSpec, pm: str | None = None) -> None:
     if pm is None:
         return
     try:
-        same = hardware.get_model(pm).name == hardware.get_model(spec.model).name
+        same = hardware.get_model(pm).name == resolve_model(spec.model)[0].name
     except ValueError:
         same = False
     if not same:

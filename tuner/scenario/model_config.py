@@ -28,10 +28,17 @@ given a default):
 - ``num_local_experts`` (Mixtral) / ``num_experts`` (Qwen3-MoE) and
   ``num_experts_per_tok``: routed experts and the top-k each token uses;
   ``decoder_sparse_step`` must be 1 and ``mlp_only_layers`` empty (every layer MoE);
-- ``sliding_window`` with ``use_sliding_window`` (Qwen2/Qwen3: a window applies only
-  when that is true) or on its own (Mistral, Mixtral: a window applies when not null):
-  an active window is refused (vLLM allocates sliding-window layers their own KV;
-  not interpreted yet);
+- ``sliding_window`` and which layers use it: ``layer_types`` when given (each
+  ``full_attention`` or ``sliding_attention``), else the layout's rule: Mistral and
+  Mixtral every layer when the window is not null; Gemma-2 the even layers; Gemma-3
+  all but every ``sliding_window_pattern``-th (default 6). The memory profile sizes
+  the KV cache as vLLM's hybrid allocator does
+  (:func:`hardware.memory_profile.v1_kv_pool`); the simulators charge a token as in
+  full attention (exact up to the window, conservative beyond it). Qwen2/Qwen3 with
+  ``use_sliding_window`` true are refused (``max_window_layers`` is not interpreted),
+  and so is a window in another layout;
+- Gemma-2/3's ``attn_logit_softcapping``, ``final_logit_softcapping`` and
+  ``query_pre_attn_scalar`` change the arithmetic of a step, not its size: not read;
 - ``torch_dtype`` (or ``dtype``): bfloat16 / float16, 2 bytes per weight and KV value;
   anything else is refused;
 - ``quantization_config.quant_method``: ``fp8`` means 1-byte weights (vLLM's
@@ -41,8 +48,13 @@ given a default):
   ``weights``, ``ignore`` names at most ``lm_head`` (kept in the model dtype, as the fp8
   profile keeps it) and ``kv_cache_scheme`` is absent or null (the per-channel scales
   are not counted: a hidden-sized vector per matrix); any other scheme (4-bit
-  ``pack-quantized`` weights, int8, layers left unquantized, a quantized KV cache) and
-  other methods (GPTQ, AWQ) are refused naming the field;
+  ``pack-quantized`` weights, int8, layers left unquantized, a quantized KV cache) is
+  refused naming the field; ``gptq`` (``bits`` 4 or 8, ``group_size`` -1 / 32 / 64 /
+  128, ``desc_act``, ``sym`` true) and ``awq`` (``bits`` 4, ``group_size``,
+  ``zero_point`` true, ``version`` gemm / gemv) mean integer weights as vLLM's Marlin
+  kernels hold them (:func:`hardware.memory_profile.weight_quantization`, e.g.
+  ``"awq-4bit-g128"``); ``modules_to_not_convert`` or GPTQ's ``dynamic`` overrides
+  (layers left in the model dtype or quantized otherwise) are refused;
 - ``text_config``: a multimodal wrapper's language model; with a ``vision_config``,
   the vision tower's and projector's weights are counted into the resident weights
   (not into a text token's FLOPs) for Mistral3's Pixtral tower only (see
@@ -59,6 +71,7 @@ from pathlib import Path
 
 from hardware._model_presets import count_params
 from hardware.llm import LLMSpec
+from hardware.memory_profile import weight_quantization
 
 __all__ = ["LAYOUTS", "ConfigModel", "model_from_config", "is_config_path"]
 
@@ -69,6 +82,15 @@ LAYOUTS = {
     # 256, so the config must say it
     "gemma": ("Gemma layout: Llama layout, gated GeLU MLP, tied embeddings", False, False,
               False, False),
+    # Gemma-2: Gemma's matrices, four RMSNorms a layer (before and after attention and
+    # MLP), every other layer a sliding window (the even ones, as Gemma2Config's
+    # layer_types default has it)
+    "gemma2": ("Gemma-2 layout: Gemma layout, four norms a layer, alternating local / "
+               "global attention", False, False, False, False),
+    # Gemma-3 (text): Gemma-2's layout plus per-head q/k RMSNorm; layer i global when
+    # (i + 1) % sliding_window_pattern == 0 (6: five local layers to one global)
+    "gemma3_text": ("Gemma-3 text layout: Gemma-2 layout with per-head q/k norm, five "
+                    "local layers to one global", False, True, False, False),
     "llama": ("Llama layout: no biases, SwiGLU, RMSNorm", False, False, False, True),
     "mistral": ("Mistral layout = Llama layout", False, False, False, True),
     "mixtral": ("Mixtral layout: Llama attention, SwiGLU experts with a router", False,
@@ -79,13 +101,15 @@ LAYOUTS = {
                   False, True, True, False),
 }
 _DTYPES = {"bfloat16": 2, "float16": 2}
-_TIED = frozenset({"gemma"})  # layouts whose configuration class ties by default
+_TIED = frozenset({"gemma", "gemma2", "gemma3_text"})  # tie by default in their classes
+_NORMS = {"gemma2": 4, "gemma3_text": 4}  # RMSNorms a layer where not two
 
 
 @dataclass(frozen=True)
 class ConfigModel:
     """What a ``config.json`` says: the model's shapes and the weight quantization
-    vLLM would load it with (``None`` or ``"fp8"``)."""
+    vLLM would load it with (``None``, ``"fp8"`` or a GPTQ / AWQ form such as
+    ``"awq-4bit-g128"``)."""
 
     spec: LLMSpec
     quantization: str | None
@@ -94,8 +118,9 @@ class ConfigModel:
 
 
 def is_config_path(value: str) -> bool:
-    """Whether a ``--model`` value names a file or a folder (not a preset name)."""
-    return Path(value).expanduser().exists()
+    """Whether a ``--model`` value names a file or a folder (not a preset name): it
+    exists, or it ends in ``.json`` (a missing config file is then its own error)."""
+    return str(value).endswith(".json") or Path(value).expanduser().exists()
 
 
 def _file(path) -> Path:
@@ -231,8 +256,10 @@ def _interpret(cfg: dict, where: str, p: Path, vision=None) -> ConfigModel:
         raise ValueError(f"{where}: field 'torch_dtype' {dt!r} is not interpreted "
                          f"(known: {', '.join(_DTYPES)})")
     quant = _quantization(cfg.get("quantization_config"), where)
+    window, n_sliding, how = _sliding(cfg, mt, L, where)
     shape = dict(L=L, h=h, nh=nh, kv=kv, hd=hd, inter=inter, vocab=vocab, tied=tied,
-                 qkv_bias=qkv_bias, qk_norm=qk_norm, experts=experts, per_tok=per_tok)
+                 qkv_bias=qkv_bias, qk_norm=qk_norm, experts=experts, per_tok=per_tok,
+                 norms=_NORMS.get(mt, 2))
     try:
         n = count_params(**shape)
         active = count_params(**shape, active=True) if experts else None
@@ -262,6 +289,9 @@ def _interpret(cfg: dict, where: str, p: Path, vision=None) -> ConfigModel:
         cite["n_experts"] = f"experts={experts}"
         cite["n_experts_per_token"] = f"num_experts_per_tok={per_tok}"
         cite["n_active_params"] = f"counted with {per_tok} of {experts} experts = {active:,}"
+    if window is not None:
+        cite["sliding_window"] = f"sliding_window={window}"
+        cite["sliding_layers"] = how
     if vision is not None:
         cite["n_params"] += f" including the {vision[1]}"
         cite["n_active_params"] = f"the language model's parameters = {active:,}"
@@ -271,6 +301,7 @@ def _interpret(cfg: dict, where: str, p: Path, vision=None) -> ConfigModel:
                    vocab_size=vocab, n_params=n, dtype_bytes=_DTYPES[dt],
                    max_position=maxpos, tie_word_embeddings=tied, n_experts=experts,
                    n_experts_per_token=per_tok, n_active_params=active,
+                   sliding_window=window, sliding_layers=n_sliding,
                    sources=tuple((k, f"{src}: {v}") for k, v in cite.items()))
     notes = () if vision is None else (
         f"{p}: the vision tower's weights are counted; its share of vLLM's profiling "
@@ -285,17 +316,6 @@ def _refuse_unread(cfg: dict, where: str, mt: str) -> None:
     if cfg.get("attention_bias"):
         raise ValueError(f"{where}: field 'attention_bias' true is not interpreted "
                          "(q/k/v/o biases are not counted)")
-    window = cfg.get("sliding_window")
-    active = (cfg.get("use_sliding_window", False) if mt in ("qwen2", "qwen3", "qwen3_moe")
-              else window is not None)
-    if window is not None and active:
-        raise ValueError(f"{where}: field 'sliding_window' ({window}) is active and not "
-                         "interpreted (vLLM gives sliding-window layers their own KV)")
-    types = cfg.get("layer_types")
-    if types is not None and (not isinstance(types, list)
-                              or any(t != "full_attention" for t in types)):
-        raise ValueError(f"{where}: field 'layer_types' has layers other than "
-                         "full_attention: not interpreted")
     if cfg.get("decoder_sparse_step", 1) != 1:
         raise ValueError(f"{where}: field 'decoder_sparse_step' "
                          f"{cfg['decoder_sparse_step']!r}: only 1 (every layer MoE) is "
@@ -303,6 +323,47 @@ def _refuse_unread(cfg: dict, where: str, mt: str) -> None:
     if cfg.get("mlp_only_layers"):
         raise ValueError(f"{where}: field 'mlp_only_layers' is not empty: dense layers "
                          "among MoE ones are not interpreted")
+
+
+_QWEN = ("qwen2", "qwen3", "qwen3_moe")
+
+
+def _sliding(cfg: dict, mt: str, L: int, where: str) -> tuple[int | None, int, str]:
+    """``(sliding_window, layers using it, how they were counted)``; ``(None, 0, "")``
+    when every layer attends to all tokens. One error naming the field otherwise."""
+    window = cfg.get("sliding_window")
+    types = cfg.get("layer_types")
+    if types is not None:
+        kinds = {"full_attention", "sliding_attention"}
+        if not isinstance(types, list) or len(types) != L or not set(types) <= kinds:
+            raise ValueError(f"{where}: field 'layer_types' must list {L} entries, each "
+                             "full_attention or sliding_attention (others are not "
+                             "interpreted)")
+        n = types.count("sliding_attention")
+        how = f"layer_types: {n} of {L} sliding_attention"
+    elif mt in ("mistral", "mixtral"):  # a window, when set, applies to every layer
+        n, how = (0 if window is None else L), f"every layer ({mt}: sliding_window set)"
+    elif mt == "gemma2":
+        n, how = (L + 1) // 2, "layers 0, 2, 4, ... (Gemma2Config's layer_types default)"
+    elif mt == "gemma3_text":
+        pattern = _field(cfg, "sliding_window_pattern", where, required=False, default=6)
+        n = L - L // pattern
+        how = (f"all but every {pattern}th layer (sliding_window_pattern={pattern}; "
+               "Gemma3TextConfig's default 6)")
+    elif mt in _QWEN:
+        n, how = 0, ""
+        if cfg.get("use_sliding_window") and window is not None:
+            raise ValueError(f"{where}: field 'use_sliding_window' is true: the layers "
+                             f"a {mt} window applies to (max_window_layers) are not "
+                             "interpreted")
+    else:
+        n, how = 0, ""
+        if window is not None:
+            raise ValueError(f"{where}: field 'sliding_window' ({window}) is set: a "
+                             f"window is not part of the {mt} layout here")
+    if n == 0:
+        return None, 0, ""
+    return _field(cfg, "sliding_window", where), n, how
 
 
 def _quantization(q, where: str) -> str | None:
@@ -313,9 +374,53 @@ def _quantization(q, where: str) -> str | None:
         return "fp8"
     if method == "compressed-tensors":
         return _compressed_tensors(q, where)
+    if method in ("gptq", "awq"):
+        return _integer(q, method, where)
     raise ValueError(f"{where}: field 'quantization_config' (quant_method {method!r}) is "
-                     "not interpreted (fp8 is; GPTQ / AWQ / compressed-tensors weights "
-                     "are not counted yet)")
+                     "not interpreted (fp8, compressed-tensors fp8, gptq and awq are)")
+
+
+def _integer(q: dict, method: str, where: str) -> str:
+    """The :func:`hardware.memory_profile.weight_quantization` form of a GPTQ or AWQ
+    ``quantization_config`` (see the module doc); one error naming the field that
+    vLLM's Marlin kernels would not run or that would change the bytes counted."""
+    f = f"{where}: field 'quantization_config"
+    bits, group = q.get("bits", q.get("w_bit")), q.get("group_size", q.get("q_group_size"))
+    for name, v in (("bits", bits), ("group_size", group)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{f}.{name}' must be an integer, got {v!r}")
+    act = False
+    if method == "gptq":
+        if q.get("sym", True) is not True:
+            raise ValueError(f"{f}.sym' is {q.get('sym')!r}: asymmetric GPTQ weights "
+                             "(zero points kept) are not interpreted")
+        act = q.get("desc_act", False)
+        if not isinstance(act, bool):
+            raise ValueError(f"{f}.desc_act' must be true or false, got {act!r}")
+        fmt = q.get("checkpoint_format", "gptq")
+        if fmt != "gptq":
+            raise ValueError(f"{f}.checkpoint_format' {fmt!r}: only 'gptq' is "
+                             "interpreted")
+    else:
+        if q.get("zero_point", True) is not True:
+            raise ValueError(f"{f}.zero_point' is {q.get('zero_point')!r}: AWQ without "
+                             "zero points is not interpreted")
+        version = str(q.get("version", "gemm")).lower()
+        if version not in ("gemm", "gemv"):
+            raise ValueError(f"{f}.version' {version!r}: only gemm / gemv packing "
+                             "is interpreted")
+    if q.get("modules_to_not_convert"):
+        raise ValueError(f"{f}.modules_to_not_convert' "
+                         f"{q['modules_to_not_convert']!r}: linear layers left in the "
+                         "model dtype are not interpreted")
+    if q.get("dynamic"):
+        raise ValueError(f"{f}.dynamic' is set: per-module overrides are not interpreted")
+    form = f"{method}-{bits}bit-g{group}" + ("-act" if act else "")
+    try:
+        weight_quantization(form)
+    except ValueError as e:
+        raise ValueError(f"{where}: field 'quantization_config': {e}") from None
+    return form
 
 
 def _compressed_tensors(q: dict, where: str) -> str:
