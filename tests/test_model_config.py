@@ -259,6 +259,38 @@ def test_gemma2_and_gemma3_count_their_four_norms_and_local_layers(tmp_path):
     assert plain.sliding_window is None and plain.sliding_layers == 0
 
 
+# google/gemma-3-4b-it's config.json layout: a sparse text_config (Hugging Face writes
+# only non-default fields) and a SigLIP tower; published count 4,300,079,472
+GEMMA3_4B = {"model_type": "gemma3", "mm_tokens_per_image": 256,
+             "torch_dtype": "bfloat16",
+             "text_config": {"model_type": "gemma3_text", "hidden_size": 2560,
+                             "intermediate_size": 10240, "num_hidden_layers": 34,
+                             "sliding_window": 1024,
+                             "rope_scaling": {"factor": 8.0, "rope_type": "linear"}},
+             "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152,
+                               "image_size": 896, "intermediate_size": 4304,
+                               "num_attention_heads": 16, "num_hidden_layers": 27,
+                               "patch_size": 14, "vision_use_head": False}}
+
+
+def test_gemma3_multimodal_counts_its_siglip_tower_and_class_defaults(tmp_path):
+    m = model_from_config(_write(tmp_path, GEMMA3_4B, "g34"))
+    s = m.spec
+    assert s.n_params == 4_300_079_472  # the published count, tower and projector in
+    # text only: 34 layers of (q 2560x2048, k/v 2560x1024, o, MLP 3x2560x10240, four
+    # norms, q/k norms) + the tied 262,208 x 2560 embedding + the final norm
+    layer = 3 * 5_242_880 + 78_643_200 + 4 * 2560 + 2 * 256
+    assert s.n_active_params == 34 * layer + 262_208 * 2560 + 2560
+    assert (s.n_heads, s.n_kv_heads, s.head_dim, s.max_position) == (8, 4, 256, 131_072)
+    assert "class's default 262208" in s.source("vocab_size")
+    assert (s.sliding_window, s.sliding_layers) == (1024, 29)  # 5 global of 34
+    assert m.notes and "vision tower" in m.notes[0]
+    bad = {**GEMMA3_4B, "vision_config": {**GEMMA3_4B["vision_config"],
+                                          "vision_use_head": True}}
+    with pytest.raises(ValueError, match="vision_use_head"):
+        model_from_config(_write(tmp_path, bad, "bad"))
+
+
 def test_gemma2_float32_checkpoints_are_refused(tmp_path):
     # google/gemma-2-9b ships float32 weights; vLLM would load them as asked: say so
     with pytest.raises(ValueError, match="'torch_dtype' 'float32'"):

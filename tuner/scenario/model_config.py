@@ -20,8 +20,14 @@ given a default):
   these layouts document;
 - ``head_dim``: explicit head width; absent means ``hidden_size /
   num_attention_heads`` for the Llama, Mistral, Mixtral and Qwen2 layouts (their
-  classes derive it so); required for Qwen3, Qwen3-MoE and Gemma (their classes default
-  to 128 / 256, which a config of another width would silently contradict);
+  classes derive it so); required for Qwen3, Qwen3-MoE, Gemma and Gemma-2 (their
+  classes default to 128 / 256, which a config of another width would silently
+  contradict);
+- Gemma-3 (text) alone: ``num_attention_heads``, ``num_key_value_heads``,
+  ``head_dim``, ``vocab_size`` and ``max_position_embeddings`` absent take
+  Gemma3TextConfig's defaults (8, 4, 256, 262,208, 131,072; :data:`_CLASS_DEFAULTS`),
+  because its multimodal checkpoints write a sparse ``text_config`` (Gemma-3-4B's
+  published parameter count confirms them); each such field's source says so;
 - ``tie_word_embeddings``: the LM head shares the embedding matrix; absent means
   the layout's configuration class default: false, except Gemma (true);
 - ``attention_bias`` (Llama, Mistral): q/k/v/o biases; only false is interpreted;
@@ -57,8 +63,9 @@ given a default):
   (layers left in the model dtype or quantized otherwise) are refused;
 - ``text_config``: a multimodal wrapper's language model; with a ``vision_config``,
   the vision tower's and projector's weights are counted into the resident weights
-  (not into a text token's FLOPs) for Mistral3's Pixtral tower only (see
-  :func:`_vision_params`; another tower is refused by name). The share of the vision
+  (not into a text token's FLOPs) for Mistral3's Pixtral tower and Gemma-3's SigLIP
+  tower (see :func:`_vision_params`, :func:`_siglip_params`; another tower is refused
+  by name). The share of the vision
   encoder in vLLM's profiling run (its activation peak with dummy images) is not
   modelled.
 """
@@ -103,6 +110,16 @@ LAYOUTS = {
 _DTYPES = {"bfloat16": 2, "float16": 2}
 _TIED = frozenset({"gemma", "gemma2", "gemma3_text"})  # tie by default in their classes
 _NORMS = {"gemma2": 4, "gemma3_text": 4}  # RMSNorms a layer where not two
+# Fields a layout's configuration class fills in when its config.json leaves them out
+# (Hugging Face writes only non-default values: Gemma-3's multimodal checkpoints give a
+# sparse text_config). Gemma3TextConfig's defaults, which Gemma-3-4B's published count
+# (4,300,079,472 parameters with its SigLIP tower) confirms.
+_CLASS_DEFAULTS = {"gemma3_text": {"num_attention_heads": 8, "num_key_value_heads": 4,
+                                   "head_dim": 256, "vocab_size": 262_208,
+                                   "max_position_embeddings": 131_072}}
+_SPEC_FIELD = {"num_attention_heads": "n_heads", "num_key_value_heads": "n_kv_heads",
+               "head_dim": "head_dim", "vocab_size": "vocab_size",
+               "max_position_embeddings": "max_position"}
 
 
 @dataclass(frozen=True)
@@ -195,11 +212,14 @@ def _vision_params(cfg: dict, where: str) -> tuple[int, str]:
     vw = f"{where} vision_config"
     if not isinstance(vc, dict):
         raise ValueError(f"{where}: field 'vision_config' must be an object")
+    if cfg.get("model_type") == "gemma3" and vc.get("model_type") == "siglip_vision_model":
+        return _siglip_params(cfg, vc, where, vw)
     if cfg.get("model_type") != "mistral3" or vc.get("model_type") != "pixtral":
         raise ValueError(
             f"{where}: field 'vision_config' (model_type {vc.get('model_type')!r} in a "
-            f"{cfg.get('model_type')!r} wrapper): only Mistral3's pixtral tower is "
-            "counted (another tower's weights would be missing from the memory profile)")
+            f"{cfg.get('model_type')!r} wrapper): only Mistral3's pixtral and Gemma-3's "
+            "SigLIP towers are counted (another tower's weights would be missing from "
+            "the memory profile)")
     if cfg.get("vision_feature_layer", -1) != -1:
         raise ValueError(f"{where}: field 'vision_feature_layer' "
                          f"{cfg['vision_feature_layer']!r}: only -1 (every layer loaded) "
@@ -222,6 +242,34 @@ def _vision_params(cfg: dict, where: str) -> tuple[int, str]:
                f"patch {patch}) and projector (merge {merge}) = {n:,}")
 
 
+def _siglip_params(cfg: dict, vc: dict, where: str, vw: str) -> tuple[int, str]:
+    """Gemma-3's SigLIP tower (``vision_config.model_type`` ``siglip_vision_model``) and
+    its projector: a patch convolution with bias (``num_channels x patch_size^2 x
+    hidden + hidden``), a learned position embedding per patch (``(image_size /
+    patch_size)^2 x hidden``), ``num_hidden_layers`` layers of attention with biases
+    (``4 x (hidden^2 + hidden)``), two LayerNorms (weight and bias) and an MLP with
+    biases (``2 x hidden x intermediate + intermediate + hidden``), a final LayerNorm;
+    the projector's ``hidden x text hidden`` matrix and its RMSNorm. Gemma-3-4B's
+    shapes give its published 4,300,079,472 parameters (tests)."""
+    h, inter = _field(vc, "hidden_size", vw), _field(vc, "intermediate_size", vw)
+    layers = _field(vc, "num_hidden_layers", vw)
+    patch, image = _field(vc, "patch_size", vw), _field(vc, "image_size", vw)
+    ch = _field(vc, "num_channels", vw, required=False, default=3)
+    if image % patch:
+        raise ValueError(f"{where}: field 'vision_config.image_size' {image} is not a "
+                         f"multiple of patch_size {patch}")
+    if vc.get("vision_use_head") is not False:  # SiglipVisionConfig's default is true
+        raise ValueError(f"{where}: field 'vision_config.vision_use_head' must be false "
+                         "(Gemma-3's tower has no pooling head; a head is not counted)")
+    text_h = _field(cfg["text_config"], "hidden_size", f"{where} text_config")
+    tower = ch * patch * patch * h + h + (image // patch) ** 2 * h + layers * (
+        4 * (h * h + h) + 4 * h + 2 * h * inter + inter + h) + 2 * h
+    projector = h * text_h + h
+    n = tower + projector
+    return n, (f"vision_config (siglip: {layers} layers, hidden {h}, MLP {inter}, "
+               f"{image}px / patch {patch}) and projector = {n:,}")
+
+
 def _interpret(cfg: dict, where: str, p: Path, vision=None) -> ConfigModel:
     def field(name, kind=int, required=True, default=None):
         return _field(cfg, name, where, kind, required, default)
@@ -232,6 +280,8 @@ def _interpret(cfg: dict, where: str, p: Path, vision=None) -> ConfigModel:
                          f"(known layouts: {', '.join(LAYOUTS)})")
     layout, qkv_bias, qk_norm, moe, derive_hd = LAYOUTS[mt]
     _refuse_unread(cfg, where, mt)
+    filled = {k: v for k, v in _CLASS_DEFAULTS.get(mt, {}).items() if cfg.get(k) is None}
+    cfg = {**cfg, **filled}
     L, h = field("num_hidden_layers"), field("hidden_size")
     nh = field("num_attention_heads")
     kv = field("num_key_value_heads", required=False, default=nh)
@@ -289,6 +339,8 @@ def _interpret(cfg: dict, where: str, p: Path, vision=None) -> ConfigModel:
         cite["n_experts"] = f"experts={experts}"
         cite["n_experts_per_token"] = f"num_experts_per_tok={per_tok}"
         cite["n_active_params"] = f"counted with {per_tok} of {experts} experts = {active:,}"
+    for k, v in filled.items():
+        cite[_SPEC_FIELD[k]] = f"{k} absent: the {mt} configuration class's default {v}"
     if window is not None:
         cite["sliding_window"] = f"sliding_window={window}"
         cite["sliding_layers"] = how
