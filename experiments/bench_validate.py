@@ -1,17 +1,19 @@
-"""Exact validation one run at a time against batched, in one process (issue 30, item 1).
+"""Lanes per batched call for exact validation on a CPU, measured on the main job's own
+validation (issue 30: every exact evaluation batched; the choice of
+:data:`tuner.objective.evaluate.CPU_LANES`).
 
-The main job's held-out samples (the built-in workload's 2 held-out windows x 2 seeds,
-padded to the whole slice, plus the whole slice under each seed) and its five policies
-(ODMA's default twice, as the main job's tuned policy is its default, then static, S3
-and paged) are evaluated for goodput by :func:`tuner.objective.evaluate.evaluate_many`
-twice: with one lane (every run alone, rungs read one at a time: how validation ran
-before) and batched (searches in lockstep, each round's runs of one system in
-``vmap``-ped calls of :func:`tuner.objective.evaluate.lane_width` lanes). Each way runs
-twice and the second run is timed, so compiling is left out of the comparison (it is
-reported apart); the goodputs of the two ways must agree (their largest relative
-difference is reported).
+The main job's held-out samples (the default deployment's 2 held-out windows x 2 seeds,
+built as ``tuner.fit`` builds them: the whole slice's SLOs and ``max_len`` pinned) and its
+three policies (the tuned setting the main job finds, vLLM auto_tune's 128 / 512 / 0.98,
+vLLM's defaults, and the paged baseline), each goodput search started from the policy's
+exact goodput on the training windows as ``tuner.fit`` starts it, are evaluated for
+goodput by :func:`tuner.objective.evaluate.evaluate_many` with 1, 2, 4 and 8 lanes per
+call (1: every run alone, rungs read one at a time). Each way runs twice and the second
+run is timed, so compiling is left out (the first run's time is reported too); every
+way's goodputs must agree (the largest relative difference is reported; exit 1 if it
+exceeds 1e-4).
 
-Usage (from the repository root; about 4 minutes on 2 cores)::
+Usage (from the repository root; about 2 minutes on 2 cores)::
 
     python3 -m experiments.bench_validate --out experiments/results/bench_validate
 
@@ -33,62 +35,77 @@ from experiments.results_io import stamp_markdown, stamped  # noqa: E402
 from tuner.common import compile_cache  # noqa: E402
 from tuner.common.atomic import write_json_atomic, write_text_atomic  # noqa: E402
 
-__all__ = ["main", "samples", "measure", "render"]
+__all__ = ["LANES", "main", "samples", "measure", "render"]
 
-POLICIES = (("tuned", "odma"), ("default", "odma"), ("static", "static"), ("s3", "s3"),
-            ("paged", "paged"))
+LANES = (1, 2, 4, 8)
+# the main job's tuned setting (vLLM auto_tune's 128 / 512 / 0.98), vLLM's defaults, and
+# vllm-v1's baseline (paged)
+TUNED = {"max_num_seqs": 128.0, "max_num_batched_tokens": 512.0,
+         "gpu_memory_utilization": 0.98}
 
 
-def samples(windows: int = 2, seeds: int = 2) -> list:
-    """The held-out samples the main job validates on, as its validation builds them."""
-    from tuner.objective.validation import HOLDOUT_SEED, plan_windows
+def samples(windows: int = 2, seeds: int = 2):
+    """(held-out jobs of the main job's validation, their hints): its samples x its
+    policies, and each policy's exact goodput on the training windows."""
+    from models import get_system
+    from tuner.objective.evaluate import evaluate_many
+    from tuner.objective.validation import (plan_windows, validation_jobs,
+                                            validation_samples)
     from tuner.scenario import ScenarioSpec, build_scenario
+    from tuner.scenario.deployments import DEFAULT, get_deployment
 
-    win = plan_windows(ScenarioSpec(), windows)
-    wholes = [build_scenario(win.whole.replace(seed=win.whole.seed + HOLDOUT_SEED + k))
-              for k in range(seeds)]
-    n = max(sc.workload.size for sc in wholes)
-    held = [build_scenario(w.replace(seed=w.seed + HOLDOUT_SEED + k)).padded(n)
-            for w in win.holdout for k in range(seeds)]
-    return held + wholes
+    dep = get_deployment(DEFAULT)
+    base = ScenarioSpec(**dep.spec_fields())
+    win = plan_windows(base, windows)
+    whole = build_scenario(win.whole)
+    pinned = {"ttft_slo_s": whole.slo["ttft_s"], "tpot_slo_s": whole.slo["tpot_s"]}
+    if base.max_len is None:
+        pinned["max_len"] = int(whole.cfg.max_len)
+    win = win.replace_specs(**pinned)
+    policies = {"tuned": (dep.system, TUNED), "default": (dep.system, {}),
+                **{b: (b, {}) for b in get_system(dep.system).baselines}}
+    train = tuple(build_scenario(w) for w in win.train)
+    got = evaluate_many([(train, s, p) for s, p in policies.values()],
+                        objective="goodput_rps")
+    hints = dict(zip(policies, (float(m["goodput_rps"]) for m in got)))
+    todo, jobs = validation_jobs(policies, validation_samples(win, seeds, False))
+    return jobs, [hints[name] for _, name in todo]
 
 
-def measure(scs: list, lanes: int | None, log=print) -> dict:
-    """Goodput of every policy on every sample, ``lanes`` 1 (one run at a time) or None
-    (batched); the second of two runs timed."""
+def measure(jobs: list, hints: list, lanes: int, log=print) -> dict:
+    """Goodput of every job with ``lanes`` lanes per call; the second of two runs
+    timed."""
     from tuner.objective.evaluate import evaluate_many
 
-    jobs = [(sc, system, {}) for sc in scs for _, system in POLICIES]
     walls, out = [], None
     for k in range(2):
         t = time.perf_counter()
-        out = evaluate_many(jobs, objective="goodput_rps", lanes=lanes)
+        out = evaluate_many(jobs, objective="goodput_rps", lanes=lanes, hints=hints)
         walls.append(time.perf_counter() - t)
-        log(f"  {'one lane' if lanes == 1 else 'batched'}, run {k + 1}: "
-            f"{walls[-1]:.1f} s")
+        log(f"  {lanes} lane(s), run {k + 1}: {walls[-1]:.1f} s")
     runs = sum(int(m["capacity"]["runs"]) for m in out)
-    return {"first_s": walls[0], "wall_s": walls[1], "runs": runs, "jobs": len(jobs),
-            "goodput_rps": [m["goodput_rps"] for m in out]}
+    return {"lanes": lanes, "first_s": walls[0], "wall_s": walls[1], "runs": runs,
+            "jobs": len(jobs), "goodput_rps": [m["goodput_rps"] for m in out]}
 
 
 def render(res: dict) -> str:
-    one, bat = res["one_lane"], res["batched"]
-    L = ["# Exact validation: one run at a time vs batched", "",
-         f"The main job's {res['samples']} held-out samples x {len(POLICIES)} policies "
-         f"({one['jobs']} goodput searches), exact mode, {res['cpus']} CPUs, jax "
-         f"{res['jax']}; the second of two runs timed (the first includes compiling).", "",
-         "| way | runs to completion | wall s | first run s (with compiling) |",
-         "|---|---:|---:|---:|",
-         f"| one lane (before) | {one['runs']} | {one['wall_s']:.1f} | "
-         f"{one['first_s']:.1f} |",
-         f"| batched | {bat['runs']} | {bat['wall_s']:.1f} | {bat['first_s']:.1f} |", "",
-         f"Speed-up {res['speedup']:.2f}x; largest relative difference of a goodput "
-         f"between the two ways {res['max_rel_diff']:.1e}. The batched way's lanes per "
-         "call are `tuner.objective.evaluate.lane_width`'s: on a CPU 4, and a ladder's "
-         "rungs asked for all in one round only where a round would leave lanes idle "
-         "(else read one at a time, as the one-lane way reads them); on an accelerator "
-         "up to 32 lanes and every rung in one round, including rungs above the first "
-         "miss that no search reads."]
+    ways = res["ways"]
+    one = ways[0]
+    L = ["# Exact validation: lanes per batched call on a CPU", "",
+         f"The main job's validation: {one['jobs']} goodput searches (its held-out "
+         f"samples x its policies, each started from the policy's training goodput), "
+         f"exact mode, {res['cpus']} CPUs, jax {res['jax']}; the second of two runs "
+         "timed (the first includes compiling).", "",
+         "| lanes per call | runs to completion | wall s | vs one lane | first run s "
+         "(with compiling) |", "|---:|---:|---:|---:|---:|"]
+    for w in ways:
+        L.append(f"| {w['lanes']} | {w['runs']} | {w['wall_s']:.1f} | "
+                 f"{one['wall_s'] / w['wall_s']:.2f}x | {w['first_s']:.1f} |")
+    L += ["", f"Fastest: {res['fastest']} lanes; `tuner.objective.evaluate.CPU_LANES` "
+          f"is {res['cpu_lanes']}. Largest relative difference of a goodput between "
+          f"the ways {res['max_rel_diff']:.1e} (the same runs are read whatever the "
+          "lanes: more lanes ask for a ladder's rungs ahead, in one round, and a call "
+          "runs until its slowest lane is done)."]
     return "\n".join(L) + "\n"
 
 
@@ -99,16 +116,20 @@ def main(argv=None) -> int:
     compile_cache.enable()
     import jax
 
-    print("building the held-out samples", file=sys.stderr, flush=True)
-    scs = samples()
-    res = {"samples": len(scs), "cpus": os.cpu_count(), "jax": jax.__version__}
-    for name, lanes in (("one_lane", 1), ("batched", None)):
-        print(f"{name}:", file=sys.stderr, flush=True)
-        res[name] = measure(scs, lanes, log=lambda s: print(s, file=sys.stderr,
-                                                            flush=True))
-    a, b = res["one_lane"]["goodput_rps"], res["batched"]["goodput_rps"]
-    res["max_rel_diff"] = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-    res["speedup"] = res["one_lane"]["wall_s"] / res["batched"]["wall_s"]
+    from tuner.objective.evaluate import CPU_LANES
+
+    print("building the held-out samples and the hints", file=sys.stderr, flush=True)
+    jobs, hints = samples()
+    res = {"cpus": os.cpu_count(), "jax": jax.__version__, "cpu_lanes": CPU_LANES,
+           "ways": []}
+    for lanes in LANES:
+        print(f"{lanes} lane(s):", file=sys.stderr, flush=True)
+        res["ways"].append(measure(jobs, hints, lanes, log=lambda s: print(
+            s, file=sys.stderr, flush=True)))
+    a = res["ways"][0]["goodput_rps"]
+    res["max_rel_diff"] = max(abs(x - y) / abs(x) for w in res["ways"][1:]
+                              for x, y in zip(a, w["goodput_rps"]))
+    res["fastest"] = min(res["ways"], key=lambda w: w["wall_s"])["lanes"]
     res = stamped(res)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "bench_validate.json", res, sort_keys=False)

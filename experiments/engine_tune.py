@@ -206,19 +206,25 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
             n_exact = fit.steps
         # cost: exact evaluations of the training problem (each a fixed-horizon rate
         # ladder on every training window) and the slot-iterations they simulated
+        # cost, and the runs to completion that measured the start policy's goodput
+        # (the ladder is planned from it; auto_tune needs no such step)
         rungs = 1 if fit.rates is None else int(np.shape(fit.rates)[-1]) + 1
+        work = float(fit.cost) + float(fit.start_work or 0.0)
         methods[method] = {"params": {k: float(v) for k, v in fit.params.items()},
                            "exact_evaluations": n_exact,
                            # fixed-horizon runs: a rate ladder per window per evaluation
-                           # (a screen: one run per window, on a shorter horizon)
+                           # (a screen: one run per window, on a shorter horizon), and
+                           # the start's runs to completion
                            "runs": n_exact * len(win.train) * rungs
-                           + screened * len(win.train),
+                           + screened * len(win.train) + int(fit.start_runs or 0),
+                           "start_runs": int(fit.start_runs or 0),
                            "screened": screened,
-                           "eval_equivalents": float(fit.cost) / max(fit.unit, 1),
-                           "simulated_request_iterations": float(fit.cost),
+                           "eval_equivalents": work / max(fit.unit, 1),
+                           "simulated_request_iterations": work,
                            "unit": int(fit.unit),
                            "search_wall_s": time.perf_counter() - t0,
-                           "train_best": fit.best_exact}
+                           "train_best": fit.best_exact,
+                           "start_goodput_rps": fit.start_goodput_rps}
         if method == "gradient":
             methods[method].update(gradient_steps=fit.steps, estimators=fit.estimators)
         _log(f"{name}: {method} {methods[method]['params']} "
@@ -232,8 +238,12 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
         methods[m]["auto_tune_work_ratio"] = at["simulated_request_iterations"] / max(
             methods[m]["simulated_request_iterations"], 1.0)
     t0 = time.perf_counter()
+    # each held-out goodput search starts from the policy's training goodput
+    hints = {m: methods[m]["train_best"] for m in SEARCHES}
+    hints.update(auto_tune=max(scores), default=methods[SEARCHES[0]]["start_goodput_rps"])
     mets = validate(SYSTEM, {m: (SYSTEM, methods[m]["params"]) for m in METHODS},
-                    OBJECTIVE, win, seeds, log=_log)
+                    OBJECTIVE, win, seeds, log=_log,
+                    hints={m: h for m, h in hints.items() if h and h > 0})
     val_wall = time.perf_counter() - t0
     for m in METHODS:
         v = mets[m]
@@ -362,7 +372,9 @@ def render(res: dict) -> str:
           "the same held-out (window, seed) samples; `better` / `worse` where the 95% "
           "interval excludes 0. Runs: simulator runs the search spent (auto_tune: runs "
           "to completion of its goodput searches; the searches: fixed-horizon runs of "
-          "the rate ladder, per training window and exact evaluation). `gradient` is "
+          "the rate ladder, per training window and exact evaluation, plus the runs to "
+          "completion that measured the start policy's goodput, from which the ladder "
+          "is planned; cost and work count them too). `gradient` is "
           "tuner.fit's default tuner (relaxed gradient steps besides its exact "
           "evaluations: its search seconds count them); `guided` is CMA-ES steered by "
           "the relaxed gradient, each gradient charged as exact evaluations at its "

@@ -28,6 +28,8 @@ __all__ = [
     "list_devices",
     "load_devices",
     "register_device",
+    "device_record",
+    "register_record",
 ]
 
 NUMERIC_FIELDS = (
@@ -187,6 +189,32 @@ def _device_from_record(record, where: str) -> Device:
         return Device(**values)
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from None
+
+
+def device_record(device: Device) -> dict:
+    """``device`` as a device file holds it (one object: every field, its sources), so
+    that a file written elsewhere (a calibrated profile) can carry it."""
+    out = {f.name: getattr(device, f.name) for f in dataclasses.fields(Device)
+           if f.name != "sources"}
+    out["sources"] = dict(device.sources)
+    return out
+
+
+def register_record(record, where: str) -> Device:
+    """Register the device ``record`` describes (a device file's object; ``where``
+    names it in errors). A device of that name already registered with the same
+    numbers is kept; one with other numbers is a ValueError naming ``where``."""
+    dev = _device_from_record(record, where)
+    if dev.name.lower() not in {n.lower() for n in _DEVICES.names()}:
+        return register_device(dev)
+    old = get_device(dev.name)
+    differ = [f for f in (*NUMERIC_FIELDS, "memory_kind")
+              if getattr(old, f) != getattr(dev, f)]
+    if differ:
+        raise ValueError(f"{where}: device {dev.name!r} is already known with another "
+                         f"{differ[0]!r} ({getattr(old, differ[0])!r}, here "
+                         f"{getattr(dev, differ[0])!r})")
+    return old
 
 
 def load_devices(path, *, overwrite: bool = False) -> list[Device]:

@@ -2,9 +2,11 @@
 
 ``python -m tuner.calibrate --out profile.json`` writes one (format
 :data:`PROFILE_FORMAT`); every command that takes ``--hardware`` accepts its path in
-place of a preset name. It is a hardware input: the device it names must be a preset,
-and its ``params`` are fields of :class:`hardware.RooflineParams` that replace the
-preset's values (:data:`PROFILE_FIELDS`, the ones calibration fits).
+place of a preset name. It is a hardware input: the device it names is a preset, or
+one read from a device file whose fields the profile carries (``device_record``, as
+the file held them; loading the profile registers it, so the profile works without
+the file), and its ``params`` are fields of :class:`hardware.RooflineParams` that
+replace the device's values (:data:`PROFILE_FIELDS`, the ones calibration fits).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 import math
 from pathlib import Path
 
-from hardware.devices import get_device
+from hardware.devices import get_device, register_record
 from hardware.roofline import RooflineParams
 
 __all__ = ["PROFILE_FIELDS", "PROFILE_FORMAT", "load_profile", "profile_values"]
@@ -44,6 +46,12 @@ def load_profile(path) -> dict:
     for key in ("device", "params"):
         if key not in d:
             raise ValueError(f"{p}: field {key!r} is missing")
+    if "device_record" in d:  # a device from a device file: the profile carries it
+        register_record(d["device_record"], f"{p} field 'device_record'")
+        if d["device_record"].get("name") != d["device"]:
+            raise ValueError(f"{p}: field 'device_record': name "
+                             f"{d['device_record'].get('name')!r}, not the profile's "
+                             f"device {d['device']!r}")
     get_device(d["device"])  # unknown device: the registry's error
     params = d["params"]
     if not isinstance(params, dict):

@@ -13,7 +13,7 @@ from models.family import (Family, Inputs, IterLog, Metric, SimOptions, deployme
 from models.registry import (ParamSpec, SystemSpec, get_system, list_systems,
                              register_system, validate_params)
 from models.server import ServerConfig
-from models.simulate import (init_state, metrics, run_blocks, simulate,
+from models.simulate import (compile_many, init_state, metrics, run_blocks, simulate,
                              simulate_until_done, simulate_until_done_many, trace_guard)
 from models.workload import Workload, make_workload
 
@@ -30,6 +30,7 @@ __all__ = [
     "make_inputs", "make_options", "make_workload", "metric_specs", "metrics",
     "register_family", "register_system", "run_blocks", "simulate",
     "simulate_until_done", "simulate_until_done_many", "trace_guard", "validate_params",
+    "compile_many",
 ]
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from models.family import Inputs, SimOptions, Sink, family_of
 from models.server import fifo_entries, hist_add
 
-__all__ = ["absorb", "init_state", "metrics", "run_blocks", "simulate",
+__all__ = ["absorb", "compile_many", "init_state", "metrics", "run_blocks", "simulate",
            "simulate_until_done", "simulate_until_done_many", "trace_guard", "note_trace"]
 
 
@@ -178,6 +178,21 @@ def _init_many(inputs, params, t, opts):
 @partial(jax.jit, static_argnames=("opts",))
 def _metrics_many(state, inputs, opts):
     return jax.vmap(lambda s, x: metrics(s, x, opts))(state, inputs)
+
+
+def compile_many(inputs: Inputs, hw, params, opts: SimOptions, *, t=0.0,
+                 chunk_blocks=64) -> None:
+    """Compile the programs :func:`simulate_until_done_many` runs for these arguments'
+    shapes, without running them: a later call with arguments of the same shapes and
+    types uses them. A caller may do this in a thread while other work runs (XLA
+    compiles outside the GIL)."""
+    tt = jnp.float32(t)
+    init = _init_many.lower(inputs, params, tt, opts)
+    state = init.out_info
+    init.compile()
+    _chunk_many.lower(state, inputs, hw, params, tt, opts, chunk_blocks,
+                      float(t) == 0.0).compile()
+    _metrics_many.lower(state, inputs, opts).compile()
 
 
 def simulate_until_done_many(inputs: Inputs, hw, params, opts: SimOptions, *, t=0.0,

@@ -271,7 +271,8 @@ def _long_tailed_csv(tmp_path, n=260):
     return path
 
 
-def _stub_validate(system, policies, objective, win, seeds, log=None, whole_slice=True):
+def _stub_validate(system, policies, objective, win, seeds, log=None, whole_slice=True,
+                   **_):
     """Held-out validation replaced (the training run above it is real): every policy
     the same, so the verdict is decided without simulating."""
     assert len({w.max_len for w in (*win.train, *win.holdout, win.whole)}) == 1

@@ -11,8 +11,8 @@ import pytest
 
 from models import (get_system, metrics, simulate_until_done, simulate_until_done_many,
                     trace_guard, validate_params)
-from tuner.objective.capacity import capacity_search, drive
-from tuner.objective.evaluate import evaluate, evaluate_many
+from tuner.objective.capacity import HINT_STEP, capacity_search, drive
+from tuner.objective.evaluate import compile_ahead, evaluate, evaluate_many
 from tuner.scenario import ScenarioSpec, build_scenario
 
 SPEC = ScenarioSpec(n_requests=120, n_slots=32, max_batch=32)
@@ -129,3 +129,101 @@ def test_search_counts_the_iterations_of_every_run_it_made():
 
     assert drive(capacity_search(None, 1.0, rtol=0.01), no_count)["capacity"][
         "iterations"] is None
+
+
+def _step_curve(truth):
+    """Attainment 1 below ``truth`` req/s, 0.5 from it on; saturation at 10 req/s."""
+    def run_at(r):
+        if math.isinf(r):
+            return {"slo_attainment": 0.0, "requests_per_s": 10.0, "tps": 1.0}
+        return {"slo_attainment": 1.0 if r < truth else 0.5, "requests_per_s": r,
+                "tps": r}
+    return run_at
+
+
+def _recorded(run_at, asked):
+    def run_many(rs):
+        asked.append(list(rs))
+        return [run_at(r) for r in rs]
+    return run_many
+
+
+@pytest.mark.parametrize("hint", [4.7, 5.3, 0.4, 40.0])
+def test_a_hinted_search_brackets_the_same_crossing(hint):
+    """A search started from an estimate (near, or 8-12x off either way) brackets the
+    crossing to rtol like the ladder's search; near the truth it needs fewer rounds
+    and runs nothing at the ladder's low rates."""
+    truth, asked = 5.0, []
+    run_many = _recorded(_step_curve(truth), asked)
+    ladder = drive(capacity_search(None, 1.0, rtol=0.02, prefetch=False), run_many)
+    n_ladder, asked[:] = len(asked), []
+    out = drive(capacity_search(None, 1.0, rtol=0.02, prefetch=False, hint=hint),
+                run_many)
+    assert asked[0] == [pytest.approx(hint / HINT_STEP), math.inf]  # one round for both
+    for res in (ladder, out):
+        lo, hi = res["capacity"]["bracket_rps"]
+        assert lo < truth <= hi and hi / lo <= 1.02
+    assert out["capacity"]["hint_rps"] == hint
+    if abs(hint / truth - 1) < 0.1:
+        assert len(asked) < n_ladder, (len(asked), n_ladder)
+        assert min(r for a in asked for r in a) > 0.8 * truth
+
+
+@pytest.mark.parametrize("hint", [0.0, -1.0, math.nan, math.inf])
+def test_a_hint_that_is_no_rate_is_refused(hint):
+    with pytest.raises(ValueError, match="hint"):
+        next(capacity_search(None, 1.0, hint=hint))
+
+
+@pytest.mark.parametrize("points", [2, 3])
+def test_more_points_a_round_split_the_bracket_and_need_fewer_rounds(points):
+    """``points`` rates a round: the same crossing to rtol in fewer rounds, no round
+    asking for more than ``points`` rates once the first is made; on a linear curve
+    the interpolated goodput is the crossing itself whatever the bracket."""
+    truth, asked = 5.0, []
+    run_many = _recorded(_step_curve(truth), asked)
+    one = drive(capacity_search(None, 1.0, rtol=0.01, prefetch=False), run_many)
+    n_one, asked[:] = len(asked), []
+    out = drive(capacity_search(None, 1.0, rtol=0.01, prefetch=False, points=points),
+                run_many)
+    lo, hi = out["capacity"]["bracket_rps"]
+    assert lo < truth <= hi and hi / lo <= 1.01
+    assert len(asked) < n_one
+    assert all(len(a) <= points for a in asked[2:])
+    assert max(len(a) for a in asked[2:]) == points  # the bisection uses them
+
+    def linear(r):
+        if math.isinf(r):
+            return {"slo_attainment": 0.0, "requests_per_s": 10.0, "tps": 1.0}
+        return {"slo_attainment": 1.0 - 0.1 * r / truth, "requests_per_s": r, "tps": r}
+    got = drive(capacity_search(None, 1.0, rtol=0.01, points=points),
+                lambda rs: [linear(r) for r in rs])
+    assert got["goodput_rps"] == pytest.approx(truth, rel=1e-6)
+
+
+def test_compiled_ahead_programs_are_the_ones_the_evaluation_runs():
+    """``compile_ahead(jobs)`` traces each system's batched programs once; the
+    evaluation of the same jobs (other parameter values, a hint) then traces none."""
+    base = ScenarioSpec(n_requests=96, n_slots=32, max_batch=32, max_len=2048)
+    sc = build_scenario(base.replace(seed=5))
+    with trace_guard(1) as traces:
+        assert compile_ahead([(sc, "paged", {}), (sc, "static", {})] * 2,
+                             objective="goodput_rps") == 2
+        ahead = sum(v for k, v in traces.items() if k[0] == "simulate_until_done_many")
+        evaluate_many([(sc, "paged", {"block_size": 64}), (sc, "static", {})] * 2,
+                      objective="goodput_rps", hints=[3.0, None, None, 2.0])
+    assert ahead == 2
+    assert sum(v for k, v in traces.items() if k[0] == "simulate_until_done_many") == 2
+
+
+def test_a_hinted_lockstep_search_equals_the_hinted_search_alone():
+    base = ScenarioSpec(n_requests=96, n_slots=32, max_batch=32, max_len=2048)
+    sc = build_scenario(base.replace(seed=6))
+    jobs = [(sc, "paged", {}), (sc, "paged", {"block_size": 64})]
+    hints = [2.0, 9.0]
+    many = evaluate_many(jobs, objective="goodput_rps", hints=hints)
+    for (s, system, p), h, m in zip(jobs, hints, many):
+        a = evaluate(s, system, p, objective="goodput_rps", hint=h)
+        assert m["goodput_rps"] == pytest.approx(a["goodput_rps"], rel=1e-6)
+        assert m["capacity"]["bracket_rps"] == pytest.approx(a["capacity"]["bracket_rps"])
+        assert m["capacity"]["hint_rps"] == h

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import hardware
+from hardware.devices import device_record, register_record
 from tuner.calibration import roofline_fit as cal
 from tuner.calibrate import main as calibrate_main
 from tuner.scenario import ScenarioSpec, build_scenario
@@ -208,3 +213,32 @@ def test_profile_model_is_the_default_and_a_mismatch_is_refused(tmp_path):
     # a library caller who names no model gets the same error, not the preset default
     with pytest.raises(ValueError, match="calibrated on model"):
         build_scenario(ScenarioSpec(trace=str(run), hardware=str(prof)))
+
+
+def test_a_profile_calibrated_on_a_device_file_loads_without_the_file(tmp_path):
+    """A profile of a device read from a device file carries the device's fields: a new
+    process (which never read that file) loads it; a preset's profile carries none;
+    a clash with a known device of that name is refused naming the field."""
+    rec = device_record(hardware.get_device("a100-80gb"))
+    rec["name"] = "test-profile-dev"
+    dev_file = tmp_path / "dev.json"
+    dev_file.write_text(json.dumps(rec))
+    run = _bench(tmp_path)
+    prof = tmp_path / "profile.json"
+    assert calibrate_main(["--measured", str(run), "--hardware", str(dev_file), "--model",
+                           "llama-3-8b", "--out", str(prof), "--fit", "mfu"]) == 0
+    doc = json.loads(prof.read_text())
+    assert doc["device"] == doc["device_record"]["name"] == "test-profile-dev"
+    code = ("from hardware.profile import load_profile; from hardware import get_device; "
+            f"d = load_profile({str(prof)!r}); print(get_device(d['device']).memory_bytes)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) == rec["memory_bytes"]
+    preset = tmp_path / "preset.json"
+    assert calibrate_main(["--measured", str(run), "--hardware", "a100-80gb", "--model",
+                           "llama-3-8b", "--out", str(preset), "--fit", "mfu"]) == 0
+    assert "device_record" not in json.loads(preset.read_text())
+    other = dict(rec, memory_bytes=rec["memory_bytes"] / 2)
+    with pytest.raises(ValueError, match="device_record.*memory_bytes"):
+        register_record(other, f"{prof} field 'device_record'")

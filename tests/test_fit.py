@@ -53,12 +53,13 @@ def _fake_fit(params):
     def fake(spec, st, **kw):
         return SimpleNamespace(params=params, default_params=params, estimators={},
                                floor=0.1, steps=1, train_objective="goodput_rps",
-                               rates=[1.0], cost=1.0, history=[], best_exact=1.0)
+                               rates=[1.0], cost=1.0, history=[], best_exact=1.0,
+                               start_goodput_rps=1.0)
     return fake
 
 
 def _fake_validate(values):
-    def fake(system, policies, objective, win, seeds, log=None, whole_slice=True):
+    def fake(system, policies, objective, win, seeds, log=None, whole_slice=True, **_):
         out = {}
         for name, (sys_name, _) in policies.items():
             v = values.get(name, values["static"])

@@ -193,7 +193,7 @@ CLI = ["--deployment", "mlu370-azure", "--objective", "tps_mig", "--n-requests",
 def _fake_validate(tuned_wins: bool, seen: list):
     """Stub of the held-out validation (its exact runs cost minutes of compiles here):
     checks each policy's parameters as the simulator takes them."""
-    def fake(system, policies, objective, win, seeds, log=None, whole_slice=True):
+    def fake(system, policies, objective, win, seeds, log=None, whole_slice=True, **_):
         out = {}
         for name, (sys_name, params) in policies.items():
             validate_params(get_system(sys_name), params, 16384)
@@ -239,7 +239,8 @@ def test_fit_cli_hybrid_explores_8_unless_told(tmp_path, monkeypatch, capsys):
         got.append(st.explore)
         return SimpleNamespace(params={"gamma": 1.0}, default_params={"gamma": 1.0},
                                estimators={}, floor=0.1, steps=1, train_objective="tps",
-                               rates=None, cost=1.0, history=[], best_exact=1.0)
+                               rates=None, cost=1.0, history=[], best_exact=1.0,
+                               start_goodput_rps=None)
     monkeypatch.setattr(fit_cli, "fit", fake_fit)
     monkeypatch.setattr(val, "validate", _fake_validate(True, []))
     out = tmp_path / "p.json"

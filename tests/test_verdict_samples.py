@@ -186,7 +186,7 @@ from tests.test_fit import _fake_fit  # noqa: E402  (the same stand-in fit)
 
 
 def _one_sample_validate(system, policies, objective, win, seeds, log=None,
-                         whole_slice=True):
+                         whole_slice=True, **_):
     out = {}
     for name, (sys_name, _) in policies.items():
         v = 6.015 if name != "static" else 6.01507

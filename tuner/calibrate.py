@@ -57,6 +57,17 @@ def _table(title: str, rows: dict) -> str:
     return "\n".join(lines)
 
 
+def _device_record(name: str) -> dict:
+    """``{"device_record": ...}`` for a device that is not a preset (read from a device
+    file): the profile then loads in a process that never read that file."""
+    from hardware._device_presets import PRESETS
+    from hardware.devices import device_record, get_device
+
+    if name.lower() in {d.name.lower() for d in PRESETS}:
+        return {}
+    return {"device_record": device_record(get_device(name))}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tuner.calibrate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -158,6 +169,7 @@ def main(argv=None) -> int:
         profile = {"format": cal.PROFILE_FORMAT, "device": device,
                    "model": sc0.deployment.model.name, "tp": int(sc0.deployment.tp),
                    "params": after,
+                   **_device_record(device),
                    "meaning": {k: cal.PARAMS[k][2] for k in after},
                    "calibrated_from": [str(f) for f in args.measured],
                    "engine": {"scheduler": sc0.spec.scheduler,

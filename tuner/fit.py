@@ -50,6 +50,8 @@ if __name__ == "__main__":  # progress from the first second: the imports take ~
 import argparse  # noqa: E402
 import collections  # noqa: E402
 import io  # noqa: E402
+import math  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -208,6 +210,38 @@ def _table(mets: dict, names: list[str], objective: str) -> list[str]:
             return f"{m[c]:.4g} [{lo:.3g}, {hi:.3g}]" if lo == lo else f"{m[c]:.4g}"
         lines.append(f"{n:>10} " + " ".join(f"{cell(c):>24}" for c in cols))
     return lines
+
+
+def _in_thread(fn, *args, **kw) -> threading.Thread:
+    """``fn(*args, **kw)`` started in a thread, for work whose only product is a side
+    effect that later work would otherwise do (compiled programs). An error there is
+    dropped: the later work meets it again and reports it."""
+    def body():
+        try:
+            fn(*args, **kw)
+        except Exception:  # noqa: BLE001 - reported where the work is done for real
+            pass
+    th = threading.Thread(target=body, name=getattr(fn, "__name__", "ahead"))
+    th.start()
+    return th
+
+
+def _hints(objective: str, res, baselines) -> dict:
+    """Where each held-out goodput search starts (``validate``'s ``hints``): the tuned
+    policy at its training value where the objective is goodput itself, the default
+    and the baselines at the start policy's exact training goodput. Estimates only:
+    a wrong one costs rounds, not accuracy."""
+    from tuner.objective.objectives import parse_objective
+
+    obj = parse_objective(objective)
+    out = {}
+    if res.start_goodput_rps and res.start_goodput_rps > 0:
+        out = {"default": res.start_goodput_rps,
+               **{b: res.start_goodput_rps for b in baselines}}
+    if (obj.goal == ((1.0, "goodput_rps"),) and not obj.constraints
+            and math.isfinite(res.best_exact) and res.best_exact > 0):
+        out["tuned"] = float(res.best_exact)
+    return out
 
 
 def main(argv=None) -> int:
@@ -428,6 +462,17 @@ def _main(args, t0: float, provenance_out: dict | None = None,
             state["started"] = True  # every input and output path checked
         log(f"deployment {args.deployment}" + (f" (its {', '.join(kept)})" if kept else "")
             + ("" if args.system == dep.system else f", system {args.system} given"))
+        # the held-out samples, and their batched programs compiled in a thread while
+        # the search runs (shapes only: every policy at its system's defaults)
+        from tuner.objective.validation import validation_jobs, validation_samples
+        from tuner.objective.evaluate import compile_ahead
+
+        baselines = tuple(get_system(args.system).baselines)
+        held = validation_samples(win, args.holdout_seeds, args.whole_slice)
+        ahead = _in_thread(compile_ahead, validation_jobs(
+            {"tuned": (args.system, {}), "default": (args.system, {}),
+             **{b: (b, {}) for b in baselines}}, held)[1],
+            objective=args.objective)
         log(f"fit {args.system} on {base.trace} ({args.method}): {win.note}; SLOs TTFT "
             f"{slo['ttft_s']:.3g} s, TPOT {slo['tpot_s']:.3g} s ({slo['ttft_source']})")
         bar = tqdm(total=args.evals if search else args.budget,
@@ -478,7 +523,7 @@ def _main(args, t0: float, provenance_out: dict | None = None,
         bar.close()
         from tuner.objective.validation import validate, verdict
 
-        baselines = tuple(get_system(args.system).baselines)
+        ahead.join()
         policies = {"tuned": (args.system, res.params),
                     "default": (args.system, res.default_params),
                     **{b: (b, {}) for b in baselines}}
@@ -486,7 +531,8 @@ def _main(args, t0: float, provenance_out: dict | None = None,
             f"{args.holdout_seeds} held-out seed(s)"
             + (", then the whole slice" if args.whole_slice else ""))
         mets = validate(args.system, policies, args.objective, win, args.holdout_seeds,
-                        log=log, whole_slice=args.whole_slice)
+                        log=log, whole_slice=args.whole_slice,
+                        hints=_hints(args.objective, res, baselines), prepared=held)
         ver = verdict(mets, args.objective, baselines)
     except (ValueError, OSError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)

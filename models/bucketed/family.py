@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -19,6 +20,10 @@ from models.outcomes import CORE_METRICS, core_metrics
 from models.server import init_acc, init_record, slot_fields
 
 __all__ = ["BUCKETED"]
+
+# the engine arguments' server config outside a run (``deployment``): one compiled
+# program where its eager operations would compile one each
+_engine_cfg = jax.jit(engine.engine_cfg)
 
 
 class _Bucketed:
@@ -136,7 +141,7 @@ class _Bucketed:
         """
         cfg, pol = inputs.cfg, _policy(opts)
         if pol.engine:
-            cfg = engine.engine_cfg(cfg, params, inputs.extra)
+            cfg = _engine_cfg(cfg, params, inputs.extra)
         max_len = int(cfg.max_len)
         kv_bytes = float(cfg.kv_bytes_per_token)
         out = {"max_len_tokens": max_len, "kv_bytes_per_token_per_device": _real(kv_bytes)}

@@ -17,13 +17,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import (get_system, metrics, simulate_until_done, simulate_until_done_many,
-                    validate_params)
+from models import (compile_many, get_system, metrics, simulate_until_done,
+                    simulate_until_done_many, validate_params)
 from tuner.objective.capacity import capacity_search
 from tuner.objective.objectives import DEFAULT_OBJECTIVE, parse_objective
 from tuner.scenario import Scenario
 
-__all__ = ["CPU_LANES", "MAX_LANES", "evaluate", "evaluate_many", "lane_width", "run"]
+__all__ = ["CPU_LANES", "MAX_LANES", "compile_ahead", "evaluate", "evaluate_many",
+           "lane_width", "run"]
 
 MAX_LANES = 32  # runs per batched call at most (memory grows with the lanes)
 # on a CPU backend every batched call has this many lanes: on 2 cores a call of 4 lanes
@@ -99,9 +100,9 @@ def _run_group(runs: list, lanes: int) -> list[dict]:
         idx = idx + [idx[-1]] * (lanes - len(idx))
         sc0, system = runs[idx[0]][:2]
         opts = sc0.options(system, record=True)
-        x = jax.tree.map(lambda *xs: jnp.stack(xs),
+        x = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)),
                          *[runs[i][0].inputs(system) for i in idx])
-        p = jax.tree.map(lambda *xs: jnp.stack(xs), *[runs[i][2] for i in idx])
+        p = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *[runs[i][2] for i in idx])
         ms = simulate_until_done_many(x, sc0.hw, p, opts)
         for j, i in enumerate(idx[:len(order[c:c + lanes])]):
             out[i] = {k: float(v[j]) for k, v in ms.items()}
@@ -115,31 +116,18 @@ def _mean(ms: list[dict]) -> dict:
     return {k: float(np.mean([m[k] for m in ms])) for k in ms[0]}
 
 
-def evaluate_many(jobs: list, *, objective: str = DEFAULT_OBJECTIVE, rates=None,
-                  lanes: int | None = None, expected: bool | None = None,
-                  log=lambda s: None) -> list[dict]:
-    """The exact objective and metrics of each job ``(scenario, system, params)``.
+def _points(runs_per_point: int, lanes: int) -> int:
+    """Rates each search of a group asks for per round: as many as fill the lanes its
+    calls have anyway (a group of 2 runs in calls of 4 lanes: 2 rates each)."""
+    if lanes <= 1:
+        return 1
+    calls = -(-runs_per_point // lanes)
+    return max(1, calls * lanes // runs_per_point)
 
-    A job's scenario may be a tuple of scenarios of one shape: workload realisations
-    (seeds) of one deployment. Each rate the job's search asks for is then run on every
-    realisation, and the search reads the realisations' mean metrics (the expected
-    attainment curve over them). With ``expected`` (default: when the objective names
-    ``goodput_expected_rps`` or ``slo_attainment_expected``) a capacity search also
-    finds ``goodput_expected_rps`` (see :func:`tuner.objective.capacity.capacity_search`).
 
-    A capacity objective (goodput) runs, per job, the rate ladder (``rates[i]``, default
-    :func:`tuner.objective.capacity.ladder_rates` of the policy's saturation rate) and
-    bisects its first crossing; the searches advance in lockstep and each round's runs
-    of one system (and one input shape) go in batched calls of ``lanes`` runs (default:
-    :func:`lane_width` of the group's runs per round, which also decides whether a
-    ladder's rungs are all asked for in one round; ``lanes`` given: every rung in one
-    round unless 1). Results are those of :func:`evaluate` on each job alone."""
-    obj = parse_objective(objective)
-    rates = [None] * len(jobs) if rates is None else list(rates)
-    if len(rates) != len(jobs):
-        raise ValueError(f"evaluate_many: {len(rates)} rate ladders for {len(jobs)} jobs")
-    if expected is None:
-        expected = obj.needs_record
+def _plan(jobs: list, obj, lanes: int | None):
+    """(prepared jobs (scenarios, system, params, group key), {group key: job
+    indices}, {group key: (lanes, prefetch)}) of :func:`evaluate_many`."""
     prepared, groups = [], {}
     for sc, system, params in jobs:
         obj.check_metrics(system)
@@ -156,11 +144,76 @@ def evaluate_many(jobs: list, *, objective: str = DEFAULT_OBJECTIVE, rates=None,
         plan = {k: (lanes, lanes > 1) for k in groups}
     else:
         plan = {k: lane_width(len(v) * len(prepared[v[0]][0])) for k, v in groups.items()}
+    return prepared, groups, plan
+
+
+def compile_ahead(jobs: list, *, objective: str = DEFAULT_OBJECTIVE,
+                  lanes: int | None = None) -> int:
+    """Compile the batched programs :func:`evaluate_many` would run for ``jobs`` (the
+    same arguments), without running anything; returns how many systems' programs it
+    compiled. Parameter values do not matter, only their shapes: jobs with a system's
+    default parameters prepare the programs of its tuned ones. Meant for a thread
+    while other work runs (``tuner.fit`` compiles its validation's programs during
+    the search)."""
+    prepared, groups, plan = _plan(jobs, parse_objective(objective), lanes)
+    n = 0
+    for key, idx in groups.items():
+        w = plan[key][0]
+        if w == 1:  # the unbatched simulator: compiled by its first run
+            continue
+        scs, system, params, _ = prepared[idx[0]]
+        sc = scs[0]
+        x = jax.tree.map(lambda a: jnp.asarray(np.stack([a] * w)), sc.inputs(system))
+        p = jax.tree.map(lambda a: jnp.asarray(np.stack([a] * w)), params)
+        compile_many(x, sc.hw, p, sc.options(system, record=True))
+        n += 1
+    return n
+
+
+def evaluate_many(jobs: list, *, objective: str = DEFAULT_OBJECTIVE, rates=None,
+                  lanes: int | None = None, expected: bool | None = None,
+                  hints=None, fill_lanes: bool = False,
+                  log=lambda s: None) -> list[dict]:
+    """The exact objective and metrics of each job ``(scenario, system, params)``.
+
+    A job's scenario may be a tuple of scenarios of one shape: workload realisations
+    (seeds) of one deployment. Each rate the job's search asks for is then run on every
+    realisation, and the search reads the realisations' mean metrics (the expected
+    attainment curve over them). With ``expected`` (default: when the objective names
+    ``goodput_expected_rps`` or ``slo_attainment_expected``) a capacity search also
+    finds ``goodput_expected_rps`` (see :func:`tuner.objective.capacity.capacity_search`).
+
+    A capacity objective (goodput) runs, per job, the rate ladder (``rates[i]``, default
+    :func:`tuner.objective.capacity.ladder_rates` of the policy's saturation rate) and
+    bisects its first crossing; the searches advance in lockstep and each round's runs
+    of one system (and one input shape) go in batched calls of ``lanes`` runs (default:
+    :func:`lane_width` of the group's runs per round, which also decides whether a
+    ladder's rungs are all asked for in one round; ``lanes`` given: every rung in one
+    round unless 1). ``hints[i]`` (req/s or None): an estimate of job ``i``'s goodput
+    where its ladder is not given, from which its search starts
+    (:func:`tuner.objective.capacity.capacity_search`). Results are those of
+    :func:`evaluate` on each job alone (with the same ladder or hint), except with
+    ``fill_lanes``: a group whose rounds leave lanes of its calls idle (2 searches in
+    calls of 4 lanes) then asks for that many more rates per round (the search's
+    ``points``), fewer rounds for the same calls; the crossing is the same to the
+    search's ``rtol``, found through other rates."""
+    obj = parse_objective(objective)
+    rates = [None] * len(jobs) if rates is None else list(rates)
+    hints = [None] * len(jobs) if hints is None else list(hints)
+    if len(rates) != len(jobs) or len(hints) != len(jobs):
+        raise ValueError(f"evaluate_many: {len(rates)} rate ladders and {len(hints)} "
+                         f"hints for {len(jobs)} jobs")
+    if expected is None:
+        expected = obj.needs_record
+    prepared, groups, plan = _plan(jobs, obj, lanes)
     width = {k: w for k, (w, _) in plan.items()}
+    # fill_lanes: a group whose rounds leave lanes idle asks for more rates per round
+    points = {k: _points(len(v) * len(prepared[v[0]][0]), width[k]) if fill_lanes else 1
+              for k, v in groups.items()}
     searches = [capacity_search(r, scs[0].nominal_rps, prefetch=plan[key][1],
-                                expected=expected)
+                                expected=expected, hint=h, points=points[key])
                 if obj.capacity else _own_rate()
-                for (scs, _, _, key), r in zip(prepared, rates)]
+                for (scs, _, _, key), r, h in zip(prepared, rates, hints)]
     pending = {i: next(s) for i, s in enumerate(searches)}
     results: list = [None] * len(jobs)
     rnd = 0
@@ -195,11 +248,11 @@ def evaluate_many(jobs: list, *, objective: str = DEFAULT_OBJECTIVE, rates=None,
 
 def evaluate(sc: Scenario, system: str, params: dict | None = None, *,
              temperature: float = 0.0, objective: str = DEFAULT_OBJECTIVE,
-             rates=None) -> dict:
+             rates=None, hint: float | None = None) -> dict:
     """The objective and metrics of ``system`` on the scenario, exactly (or relaxed at
     ``temperature``). A capacity objective (goodput) runs the rate ladder ``rates``
     (default: :func:`tuner.objective.capacity.ladder_rates` of this policy's saturation
-    rate) and bisects its first crossing
+    rate; or, with ``hint``, two rates around it) and bisects its first crossing
     (:func:`tuner.objective.capacity.capacity_search`); the other metrics are then
     those at the highest rate found within the SLO target."""
     obj = parse_objective(objective)
@@ -212,4 +265,4 @@ def evaluate(sc: Scenario, system: str, params: dict | None = None, *,
         m["objective"] = float(obj(m))
         return m
     return evaluate_many([(sc, system, params)], objective=objective, rates=[rates],
-                         lanes=1)[0]
+                         hints=[hint], lanes=1)[0]

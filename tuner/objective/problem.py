@@ -60,7 +60,7 @@ def stack_inputs(scenarios: list[Scenario], system: str) -> Inputs:
     stacked along a leading axis (CRN seeds, or a sweep's scenarios)."""
     n = max(s.workload.size for s in scenarios)
     ins = [s.padded(n).inputs(system) for s in scenarios]
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *ins)
+    return jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *ins)
 
 
 class Ladder(NamedTuple):
@@ -98,7 +98,7 @@ def plan_ladder(scenarios: list[Scenario], system: str, params: dict,
     from tuner.objective.evaluate import evaluate_many
 
     caps = evaluate_many([(sc, system, params) for sc in scenarios],
-                         objective="goodput_rps")
+                         objective="goodput_rps", fill_lanes=True)
     g = np.array([c["goodput_rps"] for c in caps])
     lo, hi, n = around
     if g.max() * lo <= g.min() * hi:  # one row of rungs brackets every scenario's
@@ -174,6 +174,10 @@ class Problem:
         self.system, self.space, self.objective = system, space, objective
         self.n_steps, self.n_crn, self.n_slots = n_steps, len(scenarios), sc.cfg.n_slots
         self.cost = 0.0  # simulated request-iterations spent (slots x iterations)
+        # the start policy's exact goodput on the scenarios (mean), and the runs to
+        # completion and simulated slot-iterations it took (set by whoever ran it:
+        # tuner.search.fitting.build_problem, from plan_ladder), None where not measured
+        self.start_goodput = self.start_runs = self.start_work = None
         # what a relaxed forward + backward pass costs, in exact evaluations (3 unless
         # measured: experiments.bench_tuners times both and sets the ratio)
         self.grad_cost = 3.0
@@ -230,10 +234,17 @@ class Problem:
         out["log_objective"] = float(lv)
         return float(v), out
 
+    def compile_batch(self, n: int) -> None:
+        """Compile :meth:`batch`'s program for ``n`` thetas without running it (for a
+        thread while other work runs; the values of theta do not matter)."""
+        theta = self.space.to_theta(dict(self.space.base))
+        stacked = jax.tree.map(lambda x: jnp.asarray(np.stack([x] * n)), theta)
+        _batch.lower(stacked, jnp.float32(0.0), *self._args, **self._static).compile()
+
     def batch(self, thetas: list[dict], t=0.0, log: bool = False) -> np.ndarray:
         """Objective values (or log surrogates) of many thetas in one vmapped call."""
         self._spend(len(thetas))
-        stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *thetas)
+        stacked = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *thetas)
         lv, v = _batch(stacked, jnp.float32(t), *self._args, **self._static)
         v = np.asarray(v)
         self._report(thetas, v, t)

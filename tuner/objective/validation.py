@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy.special import stdtrit
 
 from tuner.objective.evaluate import evaluate_many
 from tuner.scenario import ScenarioSpec, build_scenario
@@ -36,7 +36,7 @@ from tuner.workloads.presets import resolve_trace
 
 __all__ = ["Windows", "plan_windows", "validate", "interval", "compare_paired", "verdict",
            "MIN_WINDOW", "HOLDOUT_SEED", "OUTCOMES", "sample_key", "fit_slots",
-           "held_out_windows"]
+           "held_out_windows", "validation_jobs", "validation_samples"]
 
 MIN_WINDOW = 64       # requests in a window, at least
 HOLDOUT_SEED = 1000   # held-out seeds are seed + 1000 + k
@@ -120,7 +120,9 @@ def interval(xs, level: float = LEVEL, spread: bool = False) -> list:
     if x.size < 2 or (spread and np.all(x == x[0])):
         return [math.nan, math.nan]
     m, se = float(x.mean()), float(x.std(ddof=1) / math.sqrt(x.size))
-    h = float(stats.t.ppf(0.5 + level / 2, x.size - 1)) * se
+    # Student's t quantile (scipy.special's stdtrit: scipy.stats.t.ppf's values, without
+    # the half second scipy.stats takes to import)
+    h = float(stdtrit(x.size - 1, 0.5 + level / 2)) * se
     return [m - h, m + h]
 
 
@@ -198,22 +200,12 @@ def held_out_windows(wins: list, wholes: list) -> list:
     return [sc.padded(n) for sc in wins]
 
 
-def validate(system: str, policies: dict, objective: str, win: Windows, seeds: int,
-             log=lambda s: None, whole_slice: bool = True) -> dict:
-    """Exact evaluation of ``policies`` ({name: (system, params)}) on the held-out
-    windows x ``seeds`` held-out seeds, and (``whole_slice``) on the whole slice per
-    seed. Returns, per
-    name, the mean of every metric with its interval (``ci``) over the independent
-    samples, the per-sample objective of those (``objective_per_sample``), how many
-    (window, seed) samples were run (``n_samples``) and how many were independent
-    (``n_independent``, also ``samples``; ``sample_note`` says why they differ), and
-    the whole-slice means (``whole_trace``, deduplicated the same way; absent without
-    ``whole_slice``: the whole slice's runs are as long as all held-out windows' together
-    twice over, and the verdict never reads them)."""
+def validation_samples(win: Windows, seeds: int, whole_slice: bool = True) -> tuple:
+    """The held-out samples :func:`validate` runs: ``(samples, keys)``, ``samples`` a
+    list of (``"runs"`` or ``"whole"``, scenario, index of the earlier sample of that
+    group with equal inputs or None), ``keys`` each group's input keys in order."""
     if seeds < 1:
         raise ValueError(f"--holdout-seeds must be >= 1, got {seeds}")
-    runs = {name: [] for name in policies}
-    whole = {name: [] for name in policies}
     keys = {"runs": [], "whole": []}
     jobs = [(w, k) for w in win.holdout for k in range(seeds)]
     wholes = [build_scenario(win.whole.replace(seed=win.whole.seed + HOLDOUT_SEED + k))
@@ -221,7 +213,7 @@ def validate(system: str, policies: dict, objective: str, win: Windows, seeds: i
     held = held_out_windows(
         [build_scenario(w.replace(seed=w.seed + HOLDOUT_SEED + k)) for w, k in jobs],
         wholes)
-    samples = []  # (group, scenario, index of the earlier equal sample or None)
+    samples = []
     if whole_slice:
         jobs += [(win.whole, k) for k in range(seeds)]
     for j, (w, k) in enumerate(jobs):
@@ -231,15 +223,48 @@ def validate(system: str, policies: dict, objective: str, win: Windows, seeds: i
         same = keys[group].index(key) if key in keys[group] else None
         keys[group].append(key)
         samples.append((group, sc, same))
+    return samples, keys
+
+
+def validation_jobs(policies: dict, prepared: tuple) -> tuple[list, list]:
+    """``(todo, jobs)``: the (sample index, policy name) pairs :func:`validate` runs
+    (each independent sample of :func:`validation_samples` ``prepared`` x each policy)
+    and their :func:`tuner.objective.evaluate.evaluate_many` jobs."""
+    samples = prepared[0]
     todo = [(i, name) for i, (_, _, same) in enumerate(samples) if same is None
             for name in policies]
+    return todo, [(samples[i][1], *policies[name]) for i, name in todo]
+
+
+def validate(system: str, policies: dict, objective: str, win: Windows, seeds: int,
+             log=lambda s: None, whole_slice: bool = True,
+             hints: dict | None = None, prepared: tuple | None = None) -> dict:
+    """Exact evaluation of ``policies`` ({name: (system, params)}) on the held-out
+    windows x ``seeds`` held-out seeds, and (``whole_slice``) on the whole slice per
+    seed. Returns, per
+    name, the mean of every metric with its interval (``ci``) over the independent
+    samples, the per-sample objective of those (``objective_per_sample``), how many
+    (window, seed) samples were run (``n_samples``) and how many were independent
+    (``n_independent``, also ``samples``; ``sample_note`` says why they differ), and
+    the whole-slice means (``whole_trace``, deduplicated the same way; absent without
+    ``whole_slice``: the whole slice's runs are as long as all held-out windows' together
+    twice over, and the verdict never reads them). ``hints`` ({name: req/s}): an
+    estimate of a policy's goodput (its goodput on the training windows) from which its
+    held-out goodput searches start (:func:`tuner.objective.capacity.capacity_search`:
+    fewer rounds, no runs at the ladder's low rates). ``prepared``: its
+    :func:`validation_samples`, where the caller built them already."""
+    samples, keys = prepared or validation_samples(win, seeds, whole_slice)
+    runs = {name: [] for name in policies}
+    whole = {name: [] for name in policies}
+    todo, jobs = validation_jobs(policies, (samples, keys))
     repeats = sum(same is not None for _, _, same in samples)
     log(f"validating: {len(samples)} (window, seed) sample(s) x {len(policies)} "
         f"policies, exact goodput searches in lockstep, each round's runs batched per "
         "system" + (f" ({repeats} sample(s) with the inputs of an earlier seed: not "
                     "simulated again)" if repeats else ""))
-    got = evaluate_many([(samples[i][1], *policies[name]) for i, name in todo],
-                        objective=objective, log=log)
+    hints = hints or {}
+    got = evaluate_many(jobs, objective=objective,
+                        hints=[hints.get(name) for _, name in todo], log=log)
     result = dict(zip(todo, got))
     for i, (group, _, same) in enumerate(samples):
         res = whole if group == "whole" else runs

@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -659,6 +660,16 @@ def check_profile_model(spec: ScenarioSpec, pm: str | None = None) -> None:
                          "device preset, or a profile calibrated on that model)")
 
 
+@jax.jit
+def _uncontended(roof, prompt, output):
+    """Mean uncontended TTFT and TPOT (s) of requests of these prompt and output
+    lengths (one compiled program where eager operations would compile one each)."""
+    ctx = prompt + output / 2.0
+    big = jnp.float32(1e9)  # contiguous KV: one chunk
+    return (jnp.mean(hardware.iteration_time(roof, prompt, 0.0, 0.0, big)),
+            jnp.mean(hardware.iteration_time(roof, 0.0, 1.0, ctx, big)))
+
+
 def _slos(spec: ScenarioSpec, roof, prompt, output) -> dict:
     """TTFT and TPOT SLOs in seconds: as given, or ``slo_scale`` times the mean
     uncontended latency over the whole trace (each request alone on the server: its
@@ -670,11 +681,8 @@ def _slos(spec: ScenarioSpec, roof, prompt, output) -> dict:
         v = getattr(spec, name)
         if v is not None and not (np.isfinite(v) and v > 0):
             raise ValueError(f"{name} must be a finite number of seconds > 0, got {v}")
-    p = jnp.asarray(prompt, jnp.float32)
-    ctx = p + jnp.asarray(output, jnp.float32) / 2.0
-    big = jnp.float32(1e9)  # contiguous KV: one chunk
-    ttft0 = float(jnp.mean(hardware.iteration_time(roof, p, 0.0, 0.0, big)))
-    tpot0 = float(jnp.mean(hardware.iteration_time(roof, 0.0, 1.0, ctx, big)))
+    ttft0, tpot0 = (float(x) for x in _uncontended(
+        roof, np.asarray(prompt, np.float32), np.asarray(output, np.float32)))
     derived = f"{spec.slo_scale:g}x the mean uncontended latency (eLLM section 5)"
     return {"ttft_s": spec.ttft_slo_s or spec.slo_scale * ttft0,
             "tpot_s": spec.tpot_slo_s or spec.slo_scale * tpot0,

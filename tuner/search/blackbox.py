@@ -331,4 +331,6 @@ def search_fit(spec, st: FitSettings, method: str, evals: int, *, log=print,
                      history=history, best_exact=res.best_value, cost=prob.cost,
                      steps=res.evals_used, checks=[], unit=prob.unit,
                      train_objective=prob.objective.describe(),
-                     rates=None if prob.rates is None else prob.rates.tolist())
+                     rates=None if prob.rates is None else prob.rates.tolist(),
+                     start_goodput_rps=prob.start_goodput,
+                     start_runs=prob.start_runs, start_work=prob.start_work)

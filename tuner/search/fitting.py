@@ -117,6 +117,13 @@ class FitResult:
     unit: int = 0  # request-iterations of one exact evaluation of the training problem
     train_objective: str = ""   # the objective trained against (margin included)
     rates: list | None = None   # the rate ladder of a capacity objective, req/s
+    # the start policy's exact goodput on the training windows (mean), where measured,
+    # and what measuring it cost: runs to completion and simulated slot-iterations
+    # (the rate ladder is planned from it; not in ``cost``, which every search pays
+    # alike)
+    start_goodput_rps: float | None = None
+    start_runs: int | None = None
+    start_work: float | None = None
 
 
 def _specs(spec) -> list[ScenarioSpec]:
@@ -288,7 +295,14 @@ def build_problem(spec, st: FitSettings, log=lambda s: None,
                  f"queueing delay {m['queue_delay_mean_s']:.4g} s (TTFT SLO "
                  f"{scs[0].slo['ttft_s']:.3g} s); throughput objectives then measure "
                  "the backlog, not the policy (the goodput objective rescales arrivals)")
-    return Problem(scs, st.system, space, objective, n_steps, rates), default
+    prob = Problem(scs, st.system, space, objective, n_steps, rates)
+    if rates is not None:
+        prob.start_goodput = float(np.mean([c["goodput_rps"] for c in caps]))
+        prob.start_runs = int(sum(c["capacity"]["runs"] for c in caps))
+        its = [c["capacity"]["iterations"] for c in caps]
+        prob.start_work = (None if None in its else
+                           float(sum(its)) * scs[0].cfg.n_slots)
+    return prob, default
 
 
 def finite_window(sc, cap: dict) -> str:
@@ -409,7 +423,9 @@ def fit(spec, st: FitSettings, *, checkpoint: Path | None = None,
                      history=state["history"], best_exact=best["value"], cost=prob.cost,
                      steps=state["step"], checks=state["checks"], unit=prob.unit,
                      train_objective=prob.objective.describe(),
-                     rates=None if prob.rates is None else prob.rates.tolist())
+                     rates=None if prob.rates is None else prob.rates.tolist(),
+                     start_goodput_rps=prob.start_goodput,
+                     start_runs=prob.start_runs, start_work=prob.start_work)
 
 
 def _save_ckpt(path: Path, key: str, state: dict) -> None:

@@ -27,6 +27,7 @@ one record per evaluation of either kind (``fidelity`` ``screen`` or ``full``).
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -70,6 +71,15 @@ def screen_problem(prob: Problem, scenarios) -> Problem:
                    prob.space, parse_objective(SCREEN_OBJECTIVE), n_steps)
 
 
+def _quietly(fn, *args) -> None:
+    """``fn(*args)`` for its side effect (a compiled program); an error is dropped, as
+    the call that needs the program meets it again and reports it."""
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def screen(prob: Problem, cheap: Problem, evals: int, *, pool: int = POOL, seed: int = 0,
            box: float = 5.0, batch: int | None = None, first=(), progress=None):
     """The best theta of a screened search and its full exact value: the start
@@ -88,7 +98,16 @@ def screen(prob: Problem, cheap: Problem, evals: int, *, pool: int = POOL, seed:
     xs = [flat.vec(prob.space.to_theta({**prob.space.base, **p})) for p in first]
     rng = np.random.default_rng(seed)
     xs += list(rng.uniform(-box, box, size=(pool - len(xs), len(x0))))
-    v0, _ = prob.value(flat.theta(x0))
+    # the screen's batched program compiles in a thread while the start runs in full
+    ahead, compile_batch = None, getattr(cheap, "compile_batch", None)
+    if pool >= batch > 1 and compile_batch is not None:
+        ahead = threading.Thread(target=_quietly, args=(compile_batch, batch))
+        ahead.start()
+    try:
+        v0, _ = prob.value(flat.theta(x0))
+    finally:
+        if ahead is not None:
+            ahead.join()
     if progress is not None:
         progress(1, v0)
 
@@ -158,4 +177,6 @@ def screen_fit(spec, st: FitSettings, evals: int = SCREEN_EVALS, *, pool: int = 
                      history=history, best_exact=best, cost=prob.cost + cheap.cost,
                      steps=evals, checks=[], unit=prob.unit,
                      train_objective=prob.objective.describe(),
-                     rates=prob.rates.tolist())
+                     rates=prob.rates.tolist(),
+                     start_goodput_rps=prob.start_goodput,
+                     start_runs=prob.start_runs, start_work=prob.start_work)

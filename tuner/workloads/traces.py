@@ -11,6 +11,7 @@ dropped with a note)."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 from pathlib import Path
 
@@ -44,10 +45,25 @@ def load_trace(path, *, sample: int = 0, pattern: str = "*.jsonl") -> Trace:
                              f"{pattern!r}, found {found or 'none'}")
         return concat(parts, source=str(p / pattern), format="castillo")
     try:
-        text = p.read_text(encoding="utf-8-sig")
+        raw = p.read_bytes()
+        text = raw.decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as e:  # e.g. missing file, not UTF-8 text
         raise TraceError(p, "-", "<file>", getattr(e, "strerror", 0) or str(e))
+    # a file read before with the same bytes: the same Trace (frozen, read-only
+    # arrays); a command builds many windows of one trace and parses it once
+    key = (str(p.resolve()), int(sample), hashlib.blake2b(raw, digest_size=16).digest())
+    if key not in _LOADED:
+        if len(_LOADED) >= 16:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[key] = _parse_file(p, text, sample)
+    return _LOADED[key]
 
+
+_LOADED: dict = {}  # (path, sample, digest of the bytes) -> Trace, the 16 last parsed
+
+
+def _parse_file(p: Path, text: str, sample: int) -> Trace:
+    """One trace file's text as :func:`load_trace` reads it."""
     if bench_results.is_bench_result(text):
         return bench_results.parse_bench_result(p, text).trace
     fmt, recs, lines = _records(p, text)
