@@ -359,7 +359,8 @@ def _interpret(cfg: dict, where: str, p: Path, vision=None) -> ConfigModel:
                    max_position=maxpos, tie_word_embeddings=tied, n_experts=experts,
                    n_experts_per_token=per_tok, n_active_params=active,
                    sliding_window=window, sliding_layers=n_sliding,
-                   sources=tuple((k, f"{src}: {v}") for k, v in cite.items()))
+                   sources=tuple((k, f"{src}: {v}") for k, v in cite.items()),
+                   config_path=str(p))
     notes = () if vision is None else (
         f"{p}: the vision tower's weights are counted; its share of vLLM's profiling "
         "run (the encoder on dummy images) is not, so the KV cache may be smaller than "
