@@ -213,10 +213,11 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
         methods[method] = {"params": {k: float(v) for k, v in fit.params.items()},
                            "exact_evaluations": n_exact,
                            # fixed-horizon runs: a rate ladder per window per evaluation
-                           # (a screen: one run per window, on a shorter horizon), and
-                           # the start's runs to completion
-                           "runs": n_exact * len(win.train) * rungs
-                           + screened * len(win.train) + int(fit.start_runs or 0),
+                           # (the screened search: its runs to completion), and the
+                           # start's runs to completion
+                           "runs": (n_exact * len(win.train) * rungs
+                                    + screened * len(win.train) if fit.runs is None
+                                    else int(fit.runs)) + int(fit.start_runs or 0),
                            "start_runs": int(fit.start_runs or 0),
                            "screened": screened,
                            "eval_equivalents": work / max(fit.unit, 1),

@@ -102,7 +102,8 @@ def _args(argv):
                     "of parameters or a flat/jagged exact objective; guided: CMA-ES "
                     "steered by the relaxed gradient; screen: --pool candidates "
                     "screened by their SLO attainment at the start's goodput (one "
-                    "short run per window), the best in full")
+                    "run to completion per window), the start and the best evaluated "
+                    "exactly")
     ap.add_argument("--evals", type=int, default=None,
                     help="exact evaluations of a search method (tpe, cmaes, random, "
                     f"guided; default {EVALS}, or the deployment's with its tuner; "
