@@ -64,6 +64,7 @@ if __name__ == "__main__":  # progress from the first second: the imports take ~
     print("experiments.engine_tune: starting", file=sys.stderr, flush=True)
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -239,9 +240,15 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
         methods[m]["auto_tune_work_ratio"] = at["simulated_request_iterations"] / max(
             methods[m]["simulated_request_iterations"], 1.0)
     t0 = time.perf_counter()
-    # each held-out goodput search starts from the policy's training goodput
-    hints = {m: methods[m]["train_best"] for m in SEARCHES}
-    hints.update(auto_tune=max(scores), default=methods[SEARCHES[0]]["start_goodput_rps"])
+    # each held-out goodput search starts from the policy's training goodput; methods
+    # that found the same setting start where the first of them does (equal policies,
+    # equal runs: no difference made by the search's resolution)
+    hints = {"default": methods[SEARCHES[0]]["start_goodput_rps"],
+             "auto_tune": max(scores), **{m: methods[m]["train_best"] for m in SEARCHES}}
+    first = {}
+    for m in METHODS:
+        key = json.dumps(methods[m]["params"], sort_keys=True)
+        hints[m] = hints[first.setdefault(key, m)]
     mets = validate(SYSTEM, {m: (SYSTEM, methods[m]["params"]) for m in METHODS},
                     OBJECTIVE, win, seeds, log=_log,
                     hints={m: h for m, h in hints.items() if h and h > 0})

@@ -354,3 +354,20 @@ def test_the_tuner_is_the_one_given_else_the_deployments_for_its_own_system():
     for name, d in DEPLOYMENTS.items():
         assert d.method in fit_cli.METHODS, name
         assert d.evals is None or (isinstance(d.evals, int) and d.evals >= 2), name
+
+
+def test_equal_policies_start_their_held_out_searches_at_the_same_rate():
+    """``tuner.fit``'s hints: a tuned policy equal to the default starts where the
+    default does (a search's points depend on its start, so equal policies started
+    apart would differ by the search's resolution: a spurious loss); a different one
+    at its training goodput; the baselines at the start's."""
+    from types import SimpleNamespace
+
+    same = SimpleNamespace(params={"gamma": 0.2}, default_params={"gamma": 0.2},
+                           start_goodput_rps=4.0, best_exact=4.4)
+    h = fit_cli._hints("goodput_rps", same, ("static",))
+    assert h == {"default": 4.0, "static": 4.0, "tuned": 4.0}
+    other = SimpleNamespace(**{**vars(same), "params": {"gamma": 0.5}})
+    assert fit_cli._hints("goodput_rps", other, ("static",))["tuned"] == 4.4
+    # an objective other than goodput itself: no training value to start from
+    assert "tuned" not in fit_cli._hints("goodput_rps,ttft_p99_s<=1", other, ())

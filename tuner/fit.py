@@ -231,7 +231,9 @@ def _hints(objective: str, res, baselines) -> dict:
     """Where each held-out goodput search starts (``validate``'s ``hints``): the tuned
     policy at its training value where the objective is goodput itself, the default
     and the baselines at the start policy's exact training goodput. Estimates only:
-    a wrong one costs rounds, not accuracy."""
+    a wrong one costs rounds, not accuracy; but a search's points depend on where it
+    starts, so a tuned policy equal to the default starts where the default does
+    (equal policies, equal runs: no difference made by the search's resolution)."""
     from tuner.objective.objectives import parse_objective
 
     obj = parse_objective(objective)
@@ -239,7 +241,10 @@ def _hints(objective: str, res, baselines) -> dict:
     if res.start_goodput_rps and res.start_goodput_rps > 0:
         out = {"default": res.start_goodput_rps,
                **{b: res.start_goodput_rps for b in baselines}}
-    if (obj.goal == ((1.0, "goodput_rps"),) and not obj.constraints
+    if dict(res.params) == dict(res.default_params):
+        if "default" in out:
+            out["tuned"] = out["default"]
+    elif (obj.goal == ((1.0, "goodput_rps"),) and not obj.constraints
             and math.isfinite(res.best_exact) and res.best_exact > 0):
         out["tuned"] = float(res.best_exact)
     return out
