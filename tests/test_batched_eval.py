@@ -141,11 +141,16 @@ def _step_curve(truth):
     return run_at
 
 
-def _recorded(run_at, asked):
+def _search(truth, rtol, **kw):
+    """(result, the rates asked for round by round) of a one-lane search on the step
+    curve crossing at ``truth``."""
+    asked = []
+
     def run_many(rs):
         asked.append(list(rs))
-        return [run_at(r) for r in rs]
-    return run_many
+        return [_step_curve(truth)(r) for r in rs]
+    return drive(capacity_search(None, 1.0, rtol=rtol, prefetch=False, **kw),
+                 run_many), asked
 
 
 @pytest.mark.parametrize("hint", [4.7, 5.3, 0.4, 40.0])
@@ -153,12 +158,10 @@ def test_a_hinted_search_brackets_the_same_crossing(hint):
     """A search started from an estimate (near, or 8-12x off either way) brackets the
     crossing to rtol like the ladder's search; near the truth it needs fewer rounds
     and runs nothing at the ladder's low rates."""
-    truth, asked = 5.0, []
-    run_many = _recorded(_step_curve(truth), asked)
-    ladder = drive(capacity_search(None, 1.0, rtol=0.02, prefetch=False), run_many)
-    n_ladder, asked[:] = len(asked), []
-    out = drive(capacity_search(None, 1.0, rtol=0.02, prefetch=False, hint=hint),
-                run_many)
+    truth = 5.0
+    ladder, first = _search(truth, 0.02)
+    out, asked = _search(truth, 0.02, hint=hint)
+    n_ladder = len(first)
     assert asked[0] == [pytest.approx(hint / HINT_STEP), math.inf]  # one round for both
     for res in (ladder, out):
         lo, hi = res["capacity"]["bracket_rps"]
@@ -180,12 +183,9 @@ def test_more_points_a_round_split_the_bracket_and_need_fewer_rounds(points):
     """``points`` rates a round: the same crossing to rtol in fewer rounds, no round
     asking for more than ``points`` rates once the first is made; on a linear curve
     the interpolated goodput is the crossing itself whatever the bracket."""
-    truth, asked = 5.0, []
-    run_many = _recorded(_step_curve(truth), asked)
-    one = drive(capacity_search(None, 1.0, rtol=0.01, prefetch=False), run_many)
-    n_one, asked[:] = len(asked), []
-    out = drive(capacity_search(None, 1.0, rtol=0.01, prefetch=False, points=points),
-                run_many)
+    truth = 5.0
+    n_one = len(_search(truth, 0.01)[1])
+    out, asked = _search(truth, 0.01, points=points)
     lo, hi = out["capacity"]["bracket_rps"]
     assert lo < truth <= hi and hi / lo <= 1.01
     assert len(asked) < n_one
