@@ -33,10 +33,10 @@ completion, and ``history`` has one record per evaluation of either kind
 from __future__ import annotations
 
 import math
-import threading
 
 import numpy as np
 
+from tuner.common.ahead import in_thread
 from tuner.objective.objectives import parse_objective
 from tuner.objective.problem import Problem
 from tuner.search.blackbox import Flat
@@ -113,15 +113,6 @@ def screen_problems(prob: Problem, scenarios) -> tuple[_Exact, _Exact]:
     return full, cheap
 
 
-def _quietly(fn, *args) -> None:
-    """``fn(*args)`` for its side effect (a compiled program); an error is dropped, as
-    the call that needs the program meets it again and reports it."""
-    try:
-        fn(*args)
-    except Exception:  # noqa: BLE001
-        pass
-
-
 def screen(prob: Problem, cheap: Problem, evals: int, *, pool: int = POOL, seed: int = 0,
            box: float = 5.0, batch: int | None = None, first=(), progress=None):
     """The best theta of a screened search and its full exact value: the start
@@ -147,8 +138,7 @@ def screen(prob: Problem, cheap: Problem, evals: int, *, pool: int = POOL, seed:
     if not together:
         ahead, compile_batch = None, getattr(cheap, "compile_batch", None)
         if pool >= batch > 1 and compile_batch is not None:
-            ahead = threading.Thread(target=_quietly, args=(compile_batch, batch))
-            ahead.start()
+            ahead = in_thread(compile_batch, batch)
         try:
             v0, _ = prob.value(flat.theta(x0))
         finally:
