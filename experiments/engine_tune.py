@@ -132,7 +132,8 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
              quick: bool, do_map: bool = True) -> dict:
     from models import get_system
     from tuner.objective.evaluate import evaluate_many
-    from tuner.objective.validation import compare_paired, plan_windows, validate
+    from tuner.objective.validation import (compare_paired, plan_windows, resolution,
+                                            validate)
     from tuner.scenario import ScenarioSpec, build_scenario
     from tuner.search.blackbox import search_fit
     from tuner.search.screen import POOL, SCREEN_EVALS, screen_fit
@@ -214,10 +215,11 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
         methods[method] = {"params": {k: float(v) for k, v in fit.params.items()},
                            "exact_evaluations": n_exact,
                            # fixed-horizon runs: a rate ladder per window per evaluation
-                           # (a screen: one run per window, on a shorter horizon), and
-                           # the start's runs to completion
-                           "runs": n_exact * len(win.train) * rungs
-                           + screened * len(win.train) + int(fit.start_runs or 0),
+                           # (the screened search: its runs to completion), and the
+                           # start's runs to completion
+                           "runs": (n_exact * len(win.train) * rungs
+                                    + screened * len(win.train) if fit.runs is None
+                                    else int(fit.runs)) + int(fit.start_runs or 0),
                            "start_runs": int(fit.start_runs or 0),
                            "screened": screened,
                            "eval_equivalents": work / max(fit.unit, 1),
@@ -263,7 +265,8 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
         for ref in ("default", "auto_tune"):
             if m != ref:
                 methods[m][f"vs_{ref}"] = compare_paired(
-                    v["objective_per_sample"], mets[ref]["objective_per_sample"])
+                    v["objective_per_sample"], mets[ref]["objective_per_sample"],
+                    resolution(OBJECTIVE))
     out = {"spec": base.to_dict(), "windows": win.note, "slo_s": [pinned["ttft_slo_s"],
                                                                   pinned["tpot_slo_s"]],
            "map": _map(name, win, train, st, methods, default) if do_map else None,

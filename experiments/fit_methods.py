@@ -36,7 +36,7 @@ import numpy as np
 
 from experiments.results_io import stamp_markdown, stamped
 from tuner.common.atomic import unwritable_reason, write_json_atomic, write_text_atomic
-from tuner.objective.validation import compare_paired
+from tuner.objective.validation import compare_paired, resolution
 
 __all__ = ["METHODS", "run_one", "summarise", "render", "main"]
 
@@ -93,6 +93,7 @@ def run_one(method: str, seed: int, runs: Path, cache: str) -> dict:
             "baselines": {k: [float(x) for x in v["objective_per_sample"]]
                           for k, v in met["baselines"].items()},
             "outcome": pol["verdict"]["outcome"],
+            "rel_tol": resolution(pol["objective"]),
             # what the child ran (tuner.fit's modules): part of this result's fingerprint
             "sources": sorted(pol["provenance"]["sources"]["files"]),
             "params": {k: float(v) for k, v in pol["params"].items()
@@ -113,7 +114,7 @@ def summarise(rows: list[dict]) -> dict:
         default = [x for s in seeds for x in per[s]["default"]]
         row = {"seeds": seeds, "held_out_mean": float(np.mean(tuned)),
                "default_mean": float(np.mean(default)), "samples": len(tuned),
-               "vs_default": compare_paired(tuned, default),
+               "vs_default": compare_paired(tuned, default, per[seeds[0]].get("rel_tol", 0.0)),
                "per_seed_mean": {str(s): float(np.mean(per[s]["tuned"])) for s in seeds},
                "exact_evals_mean": float(np.mean([per[s]["exact_evals"] or 0
                                                   for s in seeds])),
@@ -127,7 +128,7 @@ def summarise(rows: list[dict]) -> dict:
         if method != "gradient" and common:
             row["vs_gradient"] = compare_paired(
                 [x for s in common for x in per[s]["tuned"]],
-                [x for s in common for x in grad[s]["tuned"]])
+                [x for s in common for x in grad[s]["tuned"]], per[common[0]].get("rel_tol", 0.0))
         out[method] = row
     return out
 

@@ -60,6 +60,8 @@ class LLMSpec:
     sliding_window: int | None = None
     sliding_layers: int = 0
     aliases: tuple[str, ...] = ()  # other names (Hugging Face ids), case-insensitive
+    # the Hugging Face config.json the shapes were read from (None: a preset)
+    config_path: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:

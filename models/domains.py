@@ -23,6 +23,13 @@ def _logit(x):
     return jnp.log(x) - jnp.log1p(-x)
 
 
+def _inv_softplus(y):
+    """``z`` with ``softplus(z) = y`` (y > 0), as ``y + log(1 - exp(-y))``: the plain
+    ``log(expm1(y))`` overflows float32 above y = 88 (a bucket bound of 200 tokens
+    came back as inf)."""
+    return y + jnp.log(-jnp.expm1(-y))
+
+
 @dataclass(frozen=True)
 class Domain:
     """One kind of parameter value.
@@ -133,7 +140,7 @@ DOMAINS: dict[str, Domain] = {d.name: d for d in (
     Domain("ordered_positive", _check_ordered(_check_positive),
            _uniform(lambda p, m: 1.0, lambda p, m: float(m), ordered=True),
            lambda z, p: jnp.cumsum(jax.nn.softplus(z)),
-           lambda x, p: jnp.log(jnp.expm1(jnp.diff(jnp.concatenate([jnp.zeros(1), x])))),
+           lambda x, p: _inv_softplus(jnp.diff(jnp.concatenate([jnp.zeros(1), x]))),
            ordered=True),
     Domain("unit", _check_unit, _uniform(lambda p, m: 0.001, lambda p, m: 0.999),
            lambda z, p: jax.nn.sigmoid(z), lambda x, p: _logit(x)),
@@ -142,7 +149,7 @@ DOMAINS: dict[str, Domain] = {d.name: d for d in (
            lambda z, p: p.lower + (p.upper - p.lower) * jax.nn.sigmoid(z), _interval_inv),
     Domain("positive", _check_positive,
            lambda rng, p, v0, max_len: _near_default(rng, v0),
-           lambda z, p: jax.nn.softplus(z), lambda x, p: jnp.log(jnp.expm1(x))),
+           lambda z, p: jax.nn.softplus(z), lambda x, p: _inv_softplus(x)),
     # a positive scale tuned in log space (sizes spanning orders of magnitude)
     Domain("log_positive", _check_positive,
            lambda rng, p, v0, max_len: _near_default(rng, v0),

@@ -146,3 +146,33 @@ def test_family_options_travel_through_the_scenario(capsys):
     old = ScenarioSpec.from_dict({**legacy, "window": 64, "refresh_every": 8,
                                   "refresh_check": 4})
     assert old.options == (("refresh_every", 8), ("window", 64)) and old.block == 4
+
+
+def test_every_systems_defaults_survive_the_gradient_round_trip():
+    """Each domain's ``fwd(inv(default))`` gives every system's default back for each
+    gradient-tunable parameter (a tuner starts from that theta): no domain's inverse
+    overflows (the positive domains' inverse softplus did, above 88, turning S3's
+    bucket bounds into inf) or loses the value."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from models import get_system, list_systems, validate_params
+    from models.domains import get_domain
+
+    checked = 0
+    for name in list_systems():
+        spec = get_system(name)
+        try:
+            base = validate_params(spec, {}, 4096)
+        except ValueError:  # defaults that need a deployment (vllm-v1's engine's)
+            continue
+        for p in spec.params:
+            dom = get_domain(p.domain)
+            if dom.fwd is None or p.name not in base:
+                continue
+            x = jnp.asarray(base[p.name], jnp.float32)
+            np.testing.assert_allclose(np.asarray(dom.fwd(dom.inv(x, p), p)),
+                                       np.asarray(x), rtol=1e-3, atol=1e-3,
+                                       err_msg=f"{name}.{p.name}")
+            checked += 1
+    assert checked > 10

@@ -2,6 +2,7 @@
 copied from hubs), and ``tuner.memory --model PATH``."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -205,10 +206,72 @@ def _group(**weights):
     return {"group_0": {"targets": ["Linear"], "weights": weights}}
 
 
+# llm-compressor's weight-only integer schemes ("W4A16" and the like), in the layout of
+# their config.json (written here): 4-bit symmetric weights in groups of 128
+W4A16 = {"quant_method": "compressed-tensors", "format": "pack-quantized",
+         "quantization_status": "compressed", "kv_cache_scheme": None,
+         "config_groups": {"group_0": {
+             "targets": ["Linear"], "input_activations": None, "output_activations": None,
+             "weights": {"num_bits": 4, "type": "int", "symmetric": True,
+                         "strategy": "group", "group_size": 128, "actorder": None,
+                         "dynamic": False, "observer": "minmax"}}},
+         "ignore": ["lm_head"]}
+
+
+def _ct_int(**weights):
+    cfg = json.loads(json.dumps(W4A16))
+    cfg["config_groups"]["group_0"]["weights"].update(weights)
+    return cfg
+
+
+@pytest.mark.parametrize("weights, form", [
+    ({}, "gptq-4bit-g128"),
+    ({"actorder": "group"}, "gptq-4bit-g128-act"),
+    ({"actorder": "dynamic"}, "gptq-4bit-g128-act"),
+    ({"actorder": "weight"}, "gptq-4bit-g128"),
+    ({"num_bits": 8, "group_size": 64}, "gptq-8bit-g64"),
+    ({"strategy": "channel", "group_size": None}, "gptq-4bit-g-1"),
+])
+def test_compressed_tensors_integer_weights_are_gptq_on_marlin(tmp_path, weights, form):
+    """vLLM runs compressed-tensors' weight-only integer schemes with the Marlin kernels
+    GPTQ uses (CompressedTensorsWNA16): the same bytes as the GPTQ checkpoint of those
+    bits, group and act order."""
+    ct = model_from_config(_write(tmp_path, {**LLAMA8, "quantization_config":
+                                             _ct_int(**weights)}, "ct"))
+    assert ct.quantization == form
+    m = re.fullmatch(r"gptq-(\d+)bit-g(-?\d+)(-act)?", form)
+    gptq = {"quant_method": "gptq", "bits": int(m[1]), "group_size": int(m[2]),
+            "desc_act": bool(m[3]), "sym": True}
+    ref = model_from_config(_write(tmp_path, {**LLAMA8, "quantization_config": gptq},
+                                   "gptq"))
+    assert ref.quantization == form and ct.spec.n_params == ref.spec.n_params
+
+
+@pytest.mark.parametrize("cfg, field", [
+    (_ct_int(symmetric=False), "weights.symmetric'"),
+    (_ct_int(strategy="tensor"), "weights.strategy'"),
+    (_ct_int(group_size=100), "group_size 100"),
+    (_ct_int(actorder=True), "weights.actorder'"),
+    (_ct_int(num_bits=3), "num_bits 3, type 'int'"),
+    ({**_ct_int(), "format": "int-quantized"}, "format' 'int-quantized'"),
+    ({**W4A16, "config_groups": {"group_0": {
+        **W4A16["config_groups"]["group_0"],
+        "input_activations": {"num_bits": 8, "type": "int", "strategy": "token"}}}},
+     "input_activations'"),
+    ({**W4A16, "config_groups": {**W4A16["config_groups"],
+                                 "group_1": CT_FP8["config_groups"]["group_0"]}},
+     "mixes weight forms"),
+])
+def test_compressed_tensors_integer_schemes_it_cannot_count_are_refused(tmp_path, cfg,
+                                                                        field):
+    with pytest.raises(ValueError, match="field 'quantization_config") as e:
+        model_from_config(_write(tmp_path, {**LLAMA8, "quantization_config": cfg}))
+    assert e.match(field) and "config.json" in str(e.value)
+
+
 @pytest.mark.parametrize("change, field", [
-    ({"config_groups": _group(num_bits=4, type="int")},
-     "config_groups.group_0.weights' \\(num_bits 4, type 'int'\\)"),
-    ({"config_groups": _group(num_bits=8, type="int")}, "type 'int'"),
+    ({"config_groups": _group(num_bits=4, type="int")}, "format' 'float-quantized'"),
+    ({"config_groups": _group(num_bits=8, type="float8")}, "type 'float8'"),
     ({"config_groups": {"g": {"targets": ["re:.*mlp.*"], "weights": {}}}},
      "config_groups.g.targets'"),
     ({"config_groups": {}}, "config_groups' must be a non-empty object"),

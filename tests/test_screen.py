@@ -113,34 +113,55 @@ class _Sc:
         return _Sc(r)
 
 
-def test_the_screen_is_attainment_at_the_start_goodput_on_a_proportionally_shorter_horizon(
-        monkeypatch, space):
-    made = {}
-
-    class Rec:
-        def __init__(self, scs, system, sp, objective, n_steps, rates=None):
-            made.update(n_steps=n_steps, at=[s.rate for s in scs], objective=objective,
-                        rates=rates)
-
-    monkeypatch.setattr(scr, "Problem", Rec)
-    # rungs 0.6 x 3.7 .. 1.4 x 5.85 (the main job's): both windows at 5.85 req/s, the
-    # horizon x 3.7 / 5.85
-    rates = np.geomspace(0.6 * 3.7, 1.4 * 5.85, 5).astype(np.float32)
-    prob = _Toy(space, None, rates=rates, n_steps=5520)
-    prob.system = "vllm-v1"
-    scr.screen_problem(prob, [_Sc(), _Sc()])
-    assert made["at"] == pytest.approx([5.85, 5.85], rel=1e-6)
-    assert made["n_steps"] == 3520  # ceil(5520 x 3.7 / 5.85 / 64) x 64
-    assert made["objective"].spec == "slo_attainment" and made["rates"] is None
-    # one row of rungs per scenario (a fleet): each at its own start goodput, the full
-    # horizon
-    prob.rates = np.stack([rates, 2 * rates])
-    scr.screen_problem(prob, [_Sc(), _Sc()])
-    assert made["at"] == pytest.approx([5.85, 11.7], rel=1e-6)
-    assert made["n_steps"] == 5568  # 5520 rounded up to the block
+def test_the_screen_runs_at_the_start_goodput_a_fleet_each_at_its_own(space):
+    """One row of rungs: every window screened at the start's highest goodput; a row
+    per scenario (a fleet): each at its own; the full evaluation's searches start from
+    each scenario's start goodput; no ladder: refused."""
+    prob = _Toy(space, None, rates=np.ones(5, np.float32))
+    prob.system, prob.objective = "vllm-v1", scr.parse_objective("goodput_rps")
+    prob.start_goodputs = [3.7, 5.85]
+    full, cheap = scr.screen_problems(prob, [_Sc(), _Sc()])
+    assert [sc.rate for sc in cheap.scenarios] == [5.85, 5.85]
+    assert full.hints == [3.7, 5.85] and [sc.rate for sc in full.scenarios] == [None] * 2
+    assert cheap.objective.spec == "slo_attainment"
+    prob.rates = np.ones((2, 5), np.float32)
+    _, cheap = scr.screen_problems(prob, [_Sc(), _Sc()])
+    assert [sc.rate for sc in cheap.scenarios] == [3.7, 5.85]
     prob.rates = None
     with pytest.raises(ValueError, match="rate ladder"):
-        scr.screen_problem(prob, [_Sc()])
+        scr.screen_problems(prob, [_Sc()])
+
+
+def test_the_exact_screen_and_full_values_are_runs_to_completion():
+    """The screen's value of a policy is the mean over the windows of its SLO
+    attainment run to completion at the screen rate, and the full value the mean of
+    its exact goodputs from the start's: each equal to ``evaluate`` on that window
+    alone (one lane, another code path); runs and slot-iterations are counted."""
+    from tuner.objective.evaluate import evaluate
+    from tuner.scenario import ScenarioSpec
+    from tuner.search.fitting import FitSettings, _train_scenarios, build_problem
+
+    specs = [ScenarioSpec(n_requests=64, n_slots=32, max_batch=32, max_len=2048,
+                          offset=o) for o in (0, 64)]
+    st = FitSettings(system="s3", objective="goodput_rps")
+    prob, _ = build_problem(specs, st)
+    scs = _train_scenarios(specs, st.crn)
+    full, cheap = scr.screen_problems(prob, scs)
+    theta = prob.space.to_theta(dict(prob.space.base))
+    params = prob.space.human(prob.space.to_params(theta))
+    at = max(prob.start_goodputs)
+    want = np.mean([evaluate(sc.at_rate(at), "s3", params,
+                             objective="slo_attainment")["slo_attainment"] for sc in scs])
+    assert cheap.value(theta)[0] == pytest.approx(want, rel=1e-6)
+    assert cheap.runs == len(scs) and cheap.cost > 0
+    alone = [evaluate(sc, "s3", params, objective="goodput_rps", hint=g)
+             for sc, g in zip(scs, prob.start_goodputs)]
+    assert full.value(theta)[0] == pytest.approx(
+        np.mean([m["goodput_rps"] for m in alone]), rel=1e-6)
+    assert full.runs == sum(m["capacity"]["runs"] for m in alone)
+    # the start policy's goodput from its own search equals the ladder's measure of it
+    assert np.mean([m["goodput_rps"] for m in alone]) == pytest.approx(
+        prob.start_goodput, rel=0.03)
 
 
 def test_the_fit_dispatches_screen_with_its_pool_and_default_evaluations(

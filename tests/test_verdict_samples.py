@@ -58,6 +58,30 @@ def test_decided_verdicts_keep_their_intervals():
     assert lo < hi < 0
 
 
+def test_a_difference_within_the_goodput_searchs_resolution_decides_nothing():
+    """Two policies whose goodputs were found through different rates differ by up to
+    the bisection's 2% with nothing between them (capacity_search's bracket): a
+    consistent -0.2% is no loss (the issue: the very default policy, searched from
+    another start, was called worse); the same -0.2% of an objective read from one run
+    is; a real gain stays a win."""
+    small = {"tuned": [6.731, 6.70, 6.76, 6.72], "default": [6.743, 6.712, 6.772, 6.733],
+             "static": [6.0, 5.9, 6.1, 6.0]}
+    v = val.verdict(_mets(small), "goodput_rps", ("static",))
+    assert v["outcome"] != "loss", v["sentence"]
+    d = v["comparisons"]["default"]
+    assert d["status"] == "indistinguishable" and d["ci"][1] < 0
+    assert d["tolerance"] == pytest.approx(0.02 * np.mean(small["default"]))
+    assert "resolution" in d["why"]
+    assert val.verdict(_mets(small), "tps", ("static",))["outcome"] == "loss"
+    # the expected goodput's bisection resolves 0.5%: a 1% loss is one
+    one = {k: list(np.asarray(v) * (0.99 if k == "tuned" else 1.0))
+           for k, v in small.items() if k != "tuned"}
+    one["tuned"] = [x * 0.99 for x in small["default"]]
+    assert val.verdict(_mets(one), "goodput_expected_rps", ("static",))["outcome"] == "loss"
+    big = {**small, "tuned": [8.2, 8.4, 9.0, 7.5]}
+    assert val.verdict(_mets(big), "goodput_rps", ("static",))["outcome"] == "win"
+
+
 def test_policy_files_accept_every_outcome_the_verdict_gives():
     from tuner.export import policy
 

@@ -51,7 +51,6 @@ import argparse  # noqa: E402
 import collections  # noqa: E402
 import io  # noqa: E402
 import math  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -60,6 +59,7 @@ from tqdm import tqdm  # noqa: E402
 from tuner.cli import add_scenario_args, check_file, check_out, spec_from_args  # noqa: E402
 from tuner.scenario.deployments import DEFAULT, DEPLOYMENTS, get_deployment  # noqa: E402
 from tuner.common import compile_cache  # noqa: E402
+from tuner.common.ahead import in_thread  # noqa: E402
 from tuner.common.atomic import write_json_atomic, write_text_atomic  # noqa: E402
 from tuner.search.fitting import AUTO_COORDS, CHECKS, FitSettings, fit  # noqa: E402
 from tuner.objective.problem import FD_SCHEMES  # noqa: E402
@@ -102,7 +102,8 @@ def _args(argv):
                     "of parameters or a flat/jagged exact objective; guided: CMA-ES "
                     "steered by the relaxed gradient; screen: --pool candidates "
                     "screened by their SLO attainment at the start's goodput (one "
-                    "short run per window), the best in full")
+                    "run to completion per window), the start and the best evaluated "
+                    "exactly")
     ap.add_argument("--evals", type=int, default=None,
                     help="exact evaluations of a search method (tpe, cmaes, random, "
                     f"guided; default {EVALS}, or the deployment's with its tuner; "
@@ -210,20 +211,6 @@ def _table(mets: dict, names: list[str], objective: str) -> list[str]:
             return f"{m[c]:.4g} [{lo:.3g}, {hi:.3g}]" if lo == lo else f"{m[c]:.4g}"
         lines.append(f"{n:>10} " + " ".join(f"{cell(c):>24}" for c in cols))
     return lines
-
-
-def _in_thread(fn, *args, **kw) -> threading.Thread:
-    """``fn(*args, **kw)`` started in a thread, for work whose only product is a side
-    effect that later work would otherwise do (compiled programs). An error there is
-    dropped: the later work meets it again and reports it."""
-    def body():
-        try:
-            fn(*args, **kw)
-        except Exception:  # noqa: BLE001 - reported where the work is done for real
-            pass
-    th = threading.Thread(target=body, name=getattr(fn, "__name__", "ahead"))
-    th.start()
-    return th
 
 
 def _hints(objective: str, res, baselines) -> dict:
@@ -474,7 +461,7 @@ def _main(args, t0: float, provenance_out: dict | None = None,
 
         baselines = tuple(get_system(args.system).baselines)
         held = validation_samples(win, args.holdout_seeds, args.whole_slice)
-        ahead = _in_thread(compile_ahead, validation_jobs(
+        ahead = in_thread(compile_ahead, validation_jobs(
             {"tuned": (args.system, {}), "default": (args.system, {}),
              **{b: (b, {}) for b in baselines}}, held)[1],
             objective=args.objective)

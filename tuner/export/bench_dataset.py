@@ -158,10 +158,8 @@ def hf_model_id(model) -> str:
     """The Hugging Face repository a model preset's numbers come from (its sources
     name ``huggingface.co/ORG/NAME``), the checkpoint folder of a model read from its
     ``config.json`` (what ``vllm serve`` takes), else the preset name."""
-    if model.name.endswith("(config.json)"):  # tuner.scenario.model_config's models
-        path = (model.source("n_layers") or "").split(": ", 1)[0]
-        if path:
-            return str(Path(path).parent)
+    if getattr(model, "config_path", None):  # tuner.scenario.model_config's models
+        return str(Path(model.config_path).parent)
     for _, text in getattr(model, "sources", ()):
         m = re.search(r"huggingface\.co/([\w.-]+/[\w.-]+)", text)
         if m:

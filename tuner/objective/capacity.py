@@ -35,7 +35,8 @@ import numpy as np
 from models.family import Metric
 from tuner.scenario.rates import scale_arrivals
 
-__all__ = ["CAPACITY_METRICS", "EXPECTED", "HINT_STEP", "RTOL_EXPECTED", "TARGET", "LADDER",
+__all__ = ["CAPACITY_METRICS", "EXPECTED", "HINT_STEP", "RTOL", "RTOL_EXPECTED", "TARGET",
+           "LADDER",
            "ladder_rates", "goodput_from", "ladder_metrics", "capacity_search", "drive",
            "exact_capacity"]
 
@@ -46,6 +47,7 @@ EXPECTED = frozenset({"goodput_expected_rps", "slo_attainment_expected"})
 # its bisection's relative bracket width: the curve is smooth, so it is worth resolving
 # finer than the count's 2% (linear interpolation in the final bracket does the rest)
 RTOL_EXPECTED = 0.005
+RTOL = 0.02  # the count-based goodput's bisection: relative bracket width
 # a search started from an estimate of the goodput (``hint``) reads the rates hint / step
 # and hint * step first and widens by step**2, then its square, ...: a bracket of
 # 1.08**2 = 1.166 is bisected to the 2% width in three rounds
@@ -108,7 +110,7 @@ def ladder_metrics(run, inputs, rates, nominal_rps, target: float = TARGET) -> d
 
 
 def capacity_search(rates, nominal_rps: float, target: float = TARGET,
-                    rtol: float = 0.02, max_runs: int = 24, prefetch: bool = True,
+                    rtol: float = RTOL, max_runs: int = 24, prefetch: bool = True,
                     expected: bool = False, hint: float | None = None,
                     points: int = 1):
     """The exact goodput search as a generator, so that many searches can run in
@@ -251,7 +253,7 @@ def drive(search, run_many):
 
 
 def exact_capacity(run_at, rates, nominal_rps: float, target: float = TARGET,
-                   rtol: float = 0.02, max_runs: int = 24) -> dict:
+                   rtol: float = RTOL, max_runs: int = 24) -> dict:
     """Exact goodput: ``run_at(rate) -> metrics`` (a run to completion at that arrival
     rate; ``math.inf``: all at once), by :func:`capacity_search` one run at a time.
     Returns the metrics at the highest rate found within the target, the capacity

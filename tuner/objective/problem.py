@@ -178,6 +178,7 @@ class Problem:
         # completion and simulated slot-iterations it took (set by whoever ran it:
         # tuner.search.fitting.build_problem, from plan_ladder), None where not measured
         self.start_goodput = self.start_runs = self.start_work = None
+        self.start_goodputs = None  # per scenario
         # what a relaxed forward + backward pass costs, in exact evaluations (3 unless
         # measured: experiments.bench_tuners times both and sets the ratio)
         self.grad_cost = 3.0

@@ -36,7 +36,7 @@ from tuner.workloads.presets import resolve_trace
 
 __all__ = ["Windows", "plan_windows", "validate", "interval", "compare_paired", "verdict",
            "MIN_WINDOW", "HOLDOUT_SEED", "OUTCOMES", "sample_key", "fit_slots",
-           "held_out_windows", "validation_jobs", "validation_samples"]
+           "held_out_windows", "resolution", "validation_jobs", "validation_samples"]
 
 MIN_WINDOW = 64       # requests in a window, at least
 HOLDOUT_SEED = 1000   # held-out seeds are seed + 1000 + k
@@ -296,10 +296,29 @@ def validate(system: str, policies: dict, objective: str, win: Windows, seeds: i
     return out
 
 
-def compare_paired(tuned: list, other: list) -> dict:
+def resolution(objective: str) -> float:
+    """The relative resolution of an exact evaluation of ``objective``: a goodput is
+    found to the bisection's bracket width (:func:`tuner.objective.capacity.
+    capacity_search`: 2% for ``goodput_rps``, 0.5% for ``goodput_expected_rps``), and
+    two policies measured through different rates can differ by up to that much with
+    no difference between them; 0 for objectives read from one run."""
+    from tuner.objective.capacity import RTOL, RTOL_EXPECTED
+    from tuner.objective.objectives import parse_objective
+
+    names = {n for _, n in parse_objective(objective).goal}
+    if names & {"goodput_rps", "goodput_scale"}:
+        return RTOL
+    if "goodput_expected_rps" in names:
+        return RTOL_EXPECTED
+    return 0.0
+
+
+def compare_paired(tuned: list, other: list, rel_tol: float = 0.0) -> dict:
     """Tuned minus ``other`` on paired samples: the mean difference, its interval and
-    ``better``/``worse``/``indistinguishable``, or ``undetermined`` (``ci`` None and
-    ``why``) below two samples or when every paired difference is equal."""
+    ``better``/``worse`` (the interval clear of +-``rel_tol`` x the mean of ``other``:
+    the measurement's resolution, :func:`resolution`) or ``indistinguishable``, or
+    ``undetermined`` (``ci`` None and ``why``) below two samples or when every paired
+    difference is equal."""
     d = np.asarray(tuned, np.float64) - np.asarray(other, np.float64)
     d = d[np.isfinite(d)]
     base = float(np.mean(other))
@@ -317,8 +336,14 @@ def compare_paired(tuned: list, other: list) -> dict:
             why = (f"the same paired difference ({diff:.4g}) on each of the {d.size} "
                    "independent held-out samples")
         return {**row, "ci": None, "status": "undetermined", "why": why}
-    status = "better" if lo > 0 else "worse" if hi < 0 else "indistinguishable"
-    return {**row, "ci": [lo, hi], "status": status}
+    tol = abs(rel_tol * base)
+    status = "better" if lo > tol else "worse" if hi < -tol else "indistinguishable"
+    out = {**row, "ci": [lo, hi], "status": status, "tolerance": tol}
+    if status == "indistinguishable" and (lo > 0 or hi < 0):
+        out["why"] = (f"the interval [{lo:.4g}, {hi:.4g}] excludes 0 but not the "
+                      f"evaluation's resolution (+-{tol:.4g}: {rel_tol:.1%} of the "
+                      "reference)")
+    return out
 
 
 SLO_METRICS = ("slo_attainment", "ttft_p99_s", "tpot_p99_s")
@@ -338,10 +363,12 @@ def verdict(mets: dict, objective: str, baselines: tuple[str, ...]) -> dict:
     from tuner.objective.objectives import parse_objective
 
     objective = parse_objective(objective).spec
+    tol = resolution(objective)
     t = mets["tuned"]
     rows = {}
     for name in ("default", *baselines):
-        rows[name] = compare_paired(t["objective_per_sample"], mets[name]["objective_per_sample"])
+        rows[name] = compare_paired(t["objective_per_sample"],
+                                    mets[name]["objective_per_sample"], tol)
         for m in SLO_METRICS:
             if m in t and m in mets[name]:
                 rows[name][m] = [t[m], mets[name][m]]

@@ -548,7 +548,7 @@ def build_scenario(spec: ScenarioSpec) -> Scenario:
         digest.update(json.dumps(calibrated, sort_keys=True).encode())
     if _is_device_file(spec.hardware):  # and a device file's
         digest.update(repr(dep.device).encode())
-    if dep.model.name.endswith("(config.json)"):  # likewise a model's config file
+    if dep.model.config_path:  # likewise a model read from its config.json
         digest.update(repr((dep.model, dep.profile and dep.profile.quantization)).encode())
     return Scenario(spec=spec, workload=wl, cfg=cfg, hw=roof, deployment=dep,
                     history=history, prediction_source=source, summary=stats,
@@ -620,11 +620,18 @@ def _is_device_file(name) -> bool:
         return True
     if not n.endswith(".json"):
         return False
-    try:
-        d = json.loads(Path(n).read_text())
+    try:  # read once per version of the file: a command builds many scenarios
+        st = Path(n).stat()
+        key = (n, st.st_size, st.st_mtime_ns)
+        if key not in _DEVICE_FILE:
+            d = json.loads(Path(n).read_text())
+            _DEVICE_FILE[key] = not (isinstance(d, dict) and "format" in d)
     except (OSError, ValueError):
         return False
-    return not (isinstance(d, dict) and "format" in d)
+    return _DEVICE_FILE[key]
+
+
+_DEVICE_FILE: dict = {}  # (path, size, mtime) -> whether it is a device file
 
 
 def _model_of(prof: dict) -> str | None:

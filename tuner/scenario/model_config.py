@@ -53,9 +53,14 @@ given a default):
   same when every ``config_groups`` entry targets ``["Linear"]`` with 8-bit ``float``
   ``weights``, ``ignore`` names at most ``lm_head`` (kept in the model dtype, as the fp8
   profile keeps it) and ``kv_cache_scheme`` is absent or null (the per-channel scales
-  are not counted: a hidden-sized vector per matrix); any other scheme (4-bit
-  ``pack-quantized`` weights, int8, layers left unquantized, a quantized KV cache) is
-  refused naming the field; ``gptq`` (``bits`` 4 or 8, ``group_size`` -1 / 32 / 64 /
+  are not counted: a hidden-sized vector per matrix); its weight-only integer schemes
+  (``format`` ``pack-quantized``, e.g. RedHatAI's "w4a16": 4- or 8-bit ``int``
+  ``weights``, ``symmetric``, ``strategy`` ``group`` with its ``group_size`` or
+  ``channel``, ``actorder`` null / ``group`` / ``weight``, no ``input_activations``)
+  mean the GPTQ form of the same bits, group and act order: vLLM runs them
+  (``CompressedTensorsWNA16``) with the Marlin kernels GPTQ uses, on the same bytes;
+  any other scheme (quantized activations, asymmetric weights, layers left
+  unquantized, a quantized KV cache) is refused naming the field; ``gptq`` (``bits`` 4 or 8, ``group_size`` -1 / 32 / 64 /
   128, ``desc_act``, ``sym`` true) and ``awq`` (``bits`` 4, ``group_size``,
   ``zero_point`` true, ``version`` gemm / gemv) mean integer weights as vLLM's Marlin
   kernels hold them (:func:`hardware.memory_profile.weight_quantization`, e.g.
@@ -354,7 +359,8 @@ def _interpret(cfg: dict, where: str, p: Path, vision=None) -> ConfigModel:
                    max_position=maxpos, tie_word_embeddings=tied, n_experts=experts,
                    n_experts_per_token=per_tok, n_active_params=active,
                    sliding_window=window, sliding_layers=n_sliding,
-                   sources=tuple((k, f"{src}: {v}") for k, v in cite.items()))
+                   sources=tuple((k, f"{src}: {v}") for k, v in cite.items()),
+                   config_path=str(p))
     notes = () if vision is None else (
         f"{p}: the vision tower's weights are counted; its share of vLLM's profiling "
         "run (the encoder on dummy images) is not, so the KV cache may be smaller than "
@@ -476,31 +482,78 @@ def _integer(q: dict, method: str, where: str) -> str:
 
 
 def _compressed_tensors(q: dict, where: str) -> str:
-    """``fp8`` for a compressed-tensors scheme whose weights are all 8-bit floats in
-    the linear layers (see the module doc); one error naming the first field that is
-    not."""
+    """The weight form of a compressed-tensors scheme (see the module doc): ``fp8``
+    where every group's weights are 8-bit floats; the GPTQ form (Marlin's bytes) where
+    they are symmetric 4- or 8-bit integers packed (``pack-quantized``, vLLM's
+    ``CompressedTensorsWNA16``, run by its Marlin kernels); one error naming the first
+    field that is neither."""
     f = f"{where}: field 'quantization_config"
     groups = q.get("config_groups")
     if not isinstance(groups, dict) or not groups:
         raise ValueError(f"{f}.config_groups' must be a non-empty object "
                          "(compressed-tensors)")
+    forms = set()
     for name, g in groups.items():
         if not isinstance(g, dict) or g.get("targets") != ["Linear"]:
             raise ValueError(f"{f}.config_groups.{name}.targets' must be [\"Linear\"] "
                              "(other targets are not interpreted)")
-        w = g.get("weights")
-        if not (isinstance(w, dict) and w.get("num_bits") == 8
-                and w.get("type") == "float"):
-            got = (f"num_bits {w.get('num_bits')!r}, type {w.get('type')!r}"
-                   if isinstance(w, dict) else repr(w))
-            raise ValueError(f"{f}.config_groups.{name}.weights' ({got}) is not "
-                             "interpreted (8-bit float weights are; 4-bit and int8 "
-                             "weights are not counted yet)")
+        forms.add(_ct_weights(q, g, f"{f}.config_groups.{name}"))
+    if len(forms) > 1:
+        raise ValueError(f"{f}.config_groups' mixes weight forms {sorted(forms)}: one "
+                         "form for every linear layer is interpreted")
     ignore = q.get("ignore") or []
     if not isinstance(ignore, list) or any(x != "lm_head" for x in ignore):
         raise ValueError(f"{f}.ignore' {ignore!r}: only lm_head may stay unquantized "
-                         "(other layers' weights would be counted at 1 byte)")
+                         "(other layers' weights would be counted quantized)")
     if q.get("kv_cache_scheme") is not None:
         raise ValueError(f"{f}.kv_cache_scheme' is set: a quantized KV cache from the "
                          "checkpoint is not interpreted (give --kv-cache-dtype instead)")
-    return "fp8"
+    return forms.pop()
+
+
+def _ct_weights(q: dict, g: dict, f: str) -> str:
+    """One compressed-tensors config group's weight form (``fp8`` or a GPTQ form)."""
+    w = g.get("weights")
+    if isinstance(w, dict) and w.get("num_bits") == 8 and w.get("type") == "float":
+        return "fp8"
+    if not (isinstance(w, dict) and w.get("type") == "int"
+            and w.get("num_bits") in (4, 8)):
+        got = (f"num_bits {w.get('num_bits')!r}, type {w.get('type')!r}"
+               if isinstance(w, dict) else repr(w))
+        raise ValueError(f"{f}.weights' ({got}) is not interpreted (8-bit float, and "
+                         "4- or 8-bit int weights, are)")
+    if g.get("input_activations") is not None:
+        raise ValueError(f"{f}.input_activations' is set: quantized activations "
+                         "(W4A8, W8A8) are not interpreted, only weight-only schemes")
+    if q.get("format") != "pack-quantized":
+        raise ValueError(f"{f[:f.rindex('.')]}.format' {q.get('format')!r}: integer "
+                         "weights are interpreted in the 'pack-quantized' format")
+    if w.get("symmetric") is not True:
+        raise ValueError(f"{f}.weights.symmetric' is {w.get('symmetric')!r}: "
+                         "asymmetric integer weights (zero points kept) are not "
+                         "interpreted")
+    strategy = w.get("strategy")
+    if strategy == "channel":
+        group = -1
+    elif strategy == "group":
+        group = w.get("group_size")
+        if isinstance(group, bool) or not isinstance(group, int):
+            raise ValueError(f"{f}.weights.group_size' must be an integer, got "
+                             f"{group!r}")
+    else:
+        raise ValueError(f"{f}.weights.strategy' {strategy!r}: 'group' or 'channel' "
+                         "is interpreted")
+    # compressed-tensors' ActivationOrdering: "dynamic" is an alias of "group", "static"
+    # of "weight" (its quant_args.py); by group a g_idx is kept (Marlin sorts by it, as
+    # for GPTQ's desc_act); by weight the order is applied to the checkpoint, no index
+    order = w.get("actorder")
+    if order not in (None, False, "group", "dynamic", "weight", "static"):
+        raise ValueError(f"{f}.weights.actorder' {order!r}: null, 'group' / 'dynamic' "
+                         "or 'weight' / 'static' is interpreted")
+    form = f"gptq-{w['num_bits']}bit-g{group}" + ("-act" if order in ("group", "dynamic")
+                                                  else "")
+    try:
+        weight_quantization(form)
+    except ValueError as e:
+        raise ValueError(f"{f}.weights': {e}") from None
+    return form

@@ -124,6 +124,9 @@ class FitResult:
     start_goodput_rps: float | None = None
     start_runs: int | None = None
     start_work: float | None = None
+    # runs to completion the search itself made (None: fixed-horizon evaluations of the
+    # training problem, counted by ``unit`` / ``cost``)
+    runs: int | None = None
 
 
 def _specs(spec) -> list[ScenarioSpec]:
@@ -297,7 +300,8 @@ def build_problem(spec, st: FitSettings, log=lambda s: None,
                  "the backlog, not the policy (the goodput objective rescales arrivals)")
     prob = Problem(scs, st.system, space, objective, n_steps, rates)
     if rates is not None:
-        prob.start_goodput = float(np.mean([c["goodput_rps"] for c in caps]))
+        prob.start_goodputs = [float(c["goodput_rps"]) for c in caps]
+        prob.start_goodput = float(np.mean(prob.start_goodputs))
         prob.start_runs = int(sum(c["capacity"]["runs"] for c in caps))
         its = [c["capacity"]["iterations"] for c in caps]
         prob.start_work = (None if None in its else

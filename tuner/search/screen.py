@@ -3,81 +3,114 @@ best few exactly.
 
 Successive halving with two fidelities (Jamieson and Talwalkar, "Non-stochastic best
 arm identification and hyperparameter optimization", AISTATS 2016; Hyperband's inner
-loop): every candidate first runs a *screen*, one run per training window at the start
-policy's highest goodput, scored by its SLO attainment there (the share of requests
-meeting both SLOs, mean over the windows), on a horizon shortened in proportion; the
-``evals - 1`` candidates the screen ranks highest then get the full exact evaluation
-(the rate ladder on every window, the full horizon), and the best full value wins. The
-start point is evaluated in full first, as in every other search, so the result is
-never worse than the start on the training problem. A screen costs about a tenth of a
-full evaluation (one run instead of the ladder's six, on about half the horizon).
+loop): every candidate first runs a *screen*, one exact run to completion per training
+window at the start policy's highest goodput, scored by its SLO attainment there (the
+share of requests meeting both SLOs, mean over the windows); the start and the
+``evals - 1`` candidates the screen ranks highest then get the *full* evaluation, the
+training objective exactly (goodput by a search of runs to completion on every window,
+started from the start's goodput there; the mean over the windows), all in one
+lockstep (:func:`tuner.objective.evaluate.evaluate_many`), and the best full value
+wins; the start wins ties, so the result is never worse than the start on the training
+problem. Every run goes through the one batched run-to-completion program per system
+that measured the start's goodput (and that validation runs): the search compiles no
+program of its own. A screen costs one run per window where a full evaluation costs
+its goodput search's (about six).
 
 Attainment at the start's goodput is high for every policy that serves more than the
-start, and it orders them without the ladder's cap (a one-rung ladder's goodput stops
-at the rung). The screen reads the SLOs only: constraints of the training objective are
-applied by the full evaluations. ``experiments/fit_methods`` and
-``experiments/engine_tune`` compare it with the other tuners on held-out data.
+start, and it orders them without a ladder's cap. The screen reads the SLOs only:
+constraints of the training objective are applied by the full evaluations.
+``experiments/fit_methods`` and ``experiments/engine_tune`` compare it with the other
+tuners on held-out data.
 
 Candidates: ``first`` (for ``vllm-v1``, vLLM's auto_tune grid) and uniform samples of
-the theta box up to ``pool``. Costs: the screen problem has its own ``unit``; the
-result's ``cost`` is both problems' simulated request-iterations, and ``history`` has
-one record per evaluation of either kind (``fidelity`` ``screen`` or ``full``).
+the theta box up to ``pool``. Costs: the result's ``cost`` is the simulated
+slot-iterations of every run (in the training problem's ``unit``, a fixed-horizon
+ladder evaluation, for comparison with the other tuners), ``runs`` the runs to
+completion, and ``history`` has one record per evaluation of either kind
+(``fidelity`` ``screen`` or ``full``).
 """
 
 from __future__ import annotations
 
 import math
-import threading
 
 import numpy as np
 
+from tuner.common.ahead import in_thread
 from tuner.objective.objectives import parse_objective
-from tuner.objective.problem import AROUND, Problem
+from tuner.objective.problem import Problem
 from tuner.search.blackbox import Flat
 from tuner.search.fitting import (FitResult, FitSettings, _train_scenarios,
                                   build_problem)
 
 __all__ = ["POOL", "SCREEN_EVALS", "SCREEN_OBJECTIVE", "screen", "screen_fit",
-           "screen_problem"]
+           "screen_problems"]
 
 POOL = 32  # candidates screened (the grid's 8 and 24 uniform samples)
 SCREEN_OBJECTIVE = "slo_attainment"  # what the screen reads (share meeting both SLOs)
 SCREEN_EVALS = 5  # full evaluations: the start and the screen's best 4
 
 
-def screen_problem(prob: Problem, scenarios) -> Problem:
-    """The cheap fidelity of ``prob`` (a capacity objective's training problem): each
-    training scenario run once at the start policy's highest goodput (the ladder's top
-    rung / ``AROUND[1]``; with one row of rungs per scenario, a fleet, each at its own),
-    scored by the SLO attainment there (mean over the scenarios). With one shared row
-    the horizon shrinks by (lowest / highest start goodput): the slowest scenario's
-    runs are the longest at its own goodput, and run faster here; a run cut short is
-    judged on the requests already due (``models.outcomes``), as the ladder's rungs
-    are."""
-    if prob.rates is None:
+class _Exact:
+    """A stand-in for a :class:`Problem` whose ``value`` and ``batch`` are exact runs to
+    completion through :func:`tuner.objective.evaluate.evaluate_many` (any batch size,
+    the candidates in lockstep): one job per (candidate, scenario), the value the mean
+    over the scenarios of ``objective`` (with its margin) of each job's metrics.
+    ``at``: each scenario's arrival rate (None: a capacity objective's search, started
+    from ``hints``). Counts its runs and the slot-iterations they simulated; reports
+    each evaluation to ``listeners`` as a :class:`Problem` does."""
+
+    any_batch = True  # screen(): the finalists and the start in one lockstep
+
+    def __init__(self, prob: Problem, scenarios, objective, at=None, hints=None):
+        self.space, self.system, self.objective = prob.space, prob.system, objective
+        self.scenarios = [sc if at is None else sc.at_rate(float(r))
+                          for sc, r in zip(scenarios, at or [None] * len(scenarios))]
+        self.hints = hints
+        self.cost, self.runs, self.listeners = 0.0, 0, []
+
+    def value(self, theta):
+        return float(self.batch([theta])[0]), {}
+
+    def batch(self, thetas) -> np.ndarray:
+        from tuner.objective.evaluate import evaluate_many
+
+        k = len(self.scenarios)
+        params = [self.space.human(self.space.to_params(th)) for th in thetas]
+        jobs = [(sc, self.system, p) for p in params for sc in self.scenarios]
+        hints = None if self.hints is None else list(self.hints) * len(params)
+        ms = evaluate_many(jobs, objective=self.objective.spec, hints=hints)
+        vals = []
+        for j, th in enumerate(thetas):
+            mine = ms[j * k:(j + 1) * k]
+            v = float(np.mean([float(self.objective(m)) for m in mine]))
+            for sc, m in zip(self.scenarios, mine):
+                cap = m.get("capacity")
+                runs = int(cap["runs"]) if cap else 1
+                its = cap["iterations"] if cap else m.get("iterations")
+                self.runs += runs
+                self.cost += float(its or 0.0) * sc.cfg.n_slots
+            for cb in self.listeners:
+                cb(self.cost, th, v)
+            vals.append(v)
+        return np.asarray(vals, np.float64)
+
+
+def screen_problems(prob: Problem, scenarios) -> tuple[_Exact, _Exact]:
+    """(full, screen) of ``prob`` (a capacity objective's training problem whose
+    start goodput on each scenario is measured, ``prob.start_goodputs``): the full
+    evaluation is the training objective by exact searches started from those
+    goodputs; the screen the SLO attainment of one run to completion per scenario at
+    the start's highest goodput (with one row of rungs per scenario, a fleet, each at
+    its own)."""
+    g = prob.start_goodputs
+    if prob.rates is None or not g:
         raise ValueError("screen: the objective has no rate ladder (a capacity "
                          "objective such as goodput_rps is needed)")
-    rates = np.asarray(prob.rates, np.float64)
-    if rates.ndim == 1:
-        fast, slow = rates[-1] / AROUND[1], rates[0] / AROUND[0]
-        at = [fast] * len(scenarios)
-        n_steps = prob.n_steps * slow / fast
-    else:  # a row per scenario: each at its own start goodput, the full horizon
-        at = list(rates[:, -1] / AROUND[1])
-        n_steps = prob.n_steps
-    block = scenarios[0].spec.block
-    n_steps = max(block, int(math.ceil(n_steps / block)) * block)
-    return Problem([sc.at_rate(float(r)) for sc, r in zip(scenarios, at)], prob.system,
-                   prob.space, parse_objective(SCREEN_OBJECTIVE), n_steps)
-
-
-def _quietly(fn, *args) -> None:
-    """``fn(*args)`` for its side effect (a compiled program); an error is dropped, as
-    the call that needs the program meets it again and reports it."""
-    try:
-        fn(*args)
-    except Exception:  # noqa: BLE001
-        pass
+    at = list(g) if np.ndim(prob.rates) == 2 else [max(g)] * len(g)
+    full = _Exact(prob, scenarios, prob.objective, hints=list(g))
+    cheap = _Exact(prob, scenarios, parse_objective(SCREEN_OBJECTIVE), at=at)
+    return full, cheap
 
 
 def screen(prob: Problem, cheap: Problem, evals: int, *, pool: int = POOL, seed: int = 0,
@@ -98,20 +131,25 @@ def screen(prob: Problem, cheap: Problem, evals: int, *, pool: int = POOL, seed:
     xs = [flat.vec(prob.space.to_theta({**prob.space.base, **p})) for p in first]
     rng = np.random.default_rng(seed)
     xs += list(rng.uniform(-box, box, size=(pool - len(xs), len(x0))))
-    # the screen's batched program compiles in a thread while the start runs in full
-    ahead, compile_batch = None, getattr(cheap, "compile_batch", None)
-    if pool >= batch > 1 and compile_batch is not None:
-        ahead = threading.Thread(target=_quietly, args=(compile_batch, batch))
-        ahead.start()
-    try:
-        v0, _ = prob.value(flat.theta(x0))
-    finally:
-        if ahead is not None:
-            ahead.join()
-    if progress is not None:
-        progress(1, v0)
+    # a problem of any batch size (exact runs in lockstep): the start goes with the
+    # finalists; else the start first, and the screen's batched program compiles in a
+    # thread meanwhile
+    together = getattr(prob, "any_batch", False)
+    if not together:
+        ahead, compile_batch = None, getattr(cheap, "compile_batch", None)
+        if pool >= batch > 1 and compile_batch is not None:
+            ahead = in_thread(compile_batch, batch)
+        try:
+            v0, _ = prob.value(flat.theta(x0))
+        finally:
+            if ahead is not None:
+                ahead.join()
+        if progress is not None:
+            progress(1, v0)
 
     def values(p: Problem, pts) -> list[float]:
+        if getattr(p, "any_batch", False):
+            return [float(v) for v in p.batch([flat.theta(x) for x in pts])]
         out = []
         for k in range(0, len(pts), batch):
             chunk = pts[k:k + batch]
@@ -126,7 +164,10 @@ def screen(prob: Problem, cheap: Problem, evals: int, *, pool: int = POOL, seed:
     # order (the first points before the samples)
     order = sorted(range(len(xs)), key=lambda i: -cheap_vals[i]
                    if math.isfinite(cheap_vals[i]) else math.inf)[:evals - 1]
-    fulls = [v0, *values(prob, [xs[i] for i in order])]
+    if together:
+        fulls = values(prob, [x0, *[xs[i] for i in order]])
+    else:
+        fulls = [v0, *values(prob, [xs[i] for i in order])]
     cands = [x0, *[xs[i] for i in order]]
     j = 0  # the start unless a promoted candidate is strictly better
     for k, v in enumerate(fulls):
@@ -141,42 +182,46 @@ def screen_fit(spec, st: FitSettings, evals: int = SCREEN_EVALS, *, pool: int = 
                log=print, progress=None, listeners=(), warn=lambda s: None,
                first: list[dict] | None = None,
                first_note: str = "given points") -> FitResult:
-    """:func:`tuner.search.blackbox.search_fit` with :func:`screen` as the method: the
-    problem built as the gradient tuner builds it, the result a
+    """:func:`tuner.search.blackbox.search_fit` with :func:`screen` as the method on the
+    exact problems of :func:`screen_problems`: the training problem built as the
+    gradient tuner builds it (its ladder planned from the start's exact goodput, which
+    the screen and the full evaluations start from), the result a
     :class:`tuner.search.fitting.FitResult` whose ``history`` has one record per
-    evaluation (``fidelity`` ``screen`` or ``full``) and whose ``cost`` counts both
-    fidelities; ``listeners`` see the full evaluations."""
+    evaluation (``fidelity`` ``screen`` or ``full``), whose ``cost`` counts both
+    fidelities' simulated slot-iterations and ``runs`` their runs to completion;
+    ``listeners`` see the full evaluations."""
     st.check()
     prob, default = build_problem(spec, st, log, warn)
     scs = _train_scenarios(spec if isinstance(spec, (list, tuple)) else [spec], st.crn)
-    cheap = screen_problem(prob, scs)
+    full, cheap = screen_problems(prob, scs)
     history = []
 
     def record(kind):
         def cb(cost, theta, v):
             history.append({"eval": len(history) + 1, "exact": v, "fidelity": kind,
-                            "cost": cost})
+                            "cost": full.cost + cheap.cost})
         return cb
-    prob.listeners.extend([*listeners, record("full")])
+    full.listeners.extend([*listeners, record("full")])
     cheap.listeners.append(record("screen"))
     first = list(first or ())
-    log(f"screen: {pool} candidates (the start point in full first"
-        + (f"; {len(first)} {first_note}" if first else "")
-        + f", uniform samples of the theta box +-{st.box:g}) screened by their SLO "
-        f"attainment at the start's highest goodput "
-        f"({float(np.max(prob.rates)) / AROUND[1]:.3g}"
-        f" req/s, one run per window, horizon {cheap.n_steps} of {prob.n_steps} "
-        f"iterations), the best {evals - 1} in full")
-    theta, best, _, fulls = screen(prob, cheap, evals, pool=pool, seed=st.seed,
+    at = cheap.scenarios[0].nominal_rps if cheap.scenarios else float("nan")
+    log(f"screen: {pool} candidates ("
+        + (f"{len(first)} {first_note}, " if first else "")
+        + f"uniform samples of the theta box +-{st.box:g}) screened by their SLO "
+        f"attainment in one run to completion per window at the start's highest "
+        f"goodput ({at:.3g} req/s); the start and the best {evals - 1} evaluated "
+        "exactly, together")
+    theta, best, _, fulls = screen(full, cheap, evals, pool=pool, seed=st.seed,
                                    box=st.box, first=first, progress=progress)
     space = prob.space
-    log(f"screen: best exact objective {best:.6g} (start {fulls[0]:.6g}; screen cost "
-        f"{cheap.cost / max(prob.unit, 1):.3g} full evaluations)")
+    log(f"screen: best exact objective {best:.6g} (start {fulls[0]:.6g}; {cheap.runs} "
+        f"screen runs, {full.runs} runs of the exact evaluations)")
     return FitResult(params=space.human(space.to_params(theta)),
                      default_params=space.human(default), estimators={}, floor=0.0,
-                     history=history, best_exact=best, cost=prob.cost + cheap.cost,
-                     steps=evals, checks=[], unit=prob.unit,
+                     history=history, best_exact=best, cost=full.cost + cheap.cost,
+                     steps=len(fulls), checks=[], unit=prob.unit,
                      train_objective=prob.objective.describe(),
                      rates=prob.rates.tolist(),
                      start_goodput_rps=prob.start_goodput,
-                     start_runs=prob.start_runs, start_work=prob.start_work)
+                     start_runs=prob.start_runs, start_work=prob.start_work,
+                     runs=full.runs + cheap.runs)
