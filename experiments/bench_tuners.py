@@ -111,6 +111,18 @@ PROBLEMS = {p.name: p for p in (
                 spec={"n_requests": 100, "n_slots": 32, "capacity_tokens": 16000},
                 seed_windows=True),
     TuneProblem("odma", "odma", "the paper's 6 parameters, one workload"),
+    # the main job's deployment (tuner.scenario.deployments, h100-interactive): vLLM V1's
+    # engine arguments, where the token budget and sequence count decide goodput
+    # (best / default 1.62 over 16 random settings, experiments/results/
+    # deployment_stakes/); seed s: the trace's s-th window of 1,000 requests
+    TuneProblem("engine", "vllm-v1",
+                "vLLM V1's engine arguments, the main job's deployment; seed s: the "
+                "trace's s-th 1,000-request window",
+                traces=("sharegpt",), hardware=("h100-80gb",),
+                spec={"model": "qwen3-8b", "tp": 1, "n_requests": 1000,
+                      "scheduler": "chunked", "n_slots": 512, "max_len": None,
+                      "ttft_slo_s": 1.0, "tpot_slo_s": 0.02},
+                seed_windows=True),
 )}
 
 

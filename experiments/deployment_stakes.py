@@ -66,12 +66,16 @@ def started(res_case: dict, metric: str, why: list) -> dict:
     """Best / worst over the random settings vLLM would start (``why`` None), with how
     many it would refuse, by field."""
     r = res_case[metric]
-    live = [x for x, w in zip(r["random"], why) if w is None]
+    below = r.get("random_below_floor") or [False] * len(r["random"])
+    live = [(x, b) for x, b, w in zip(r["random"], below, why) if w is None]
     out = {"refused": len(r["random"]) - len(live),
            "refused_by_field": {f: why.count(f) for f in sorted({w for w in why if w})}}
     if live:
-        out["worst"] = min(live)
-        out["best_over_worst"] = r["best"] / min(live)
+        # a setting whose search stopped at the floor is known only to lie below it
+        worst = min(r["floor"] if b else x for x, b in live)
+        out["worst"] = worst
+        out["best_over_worst"] = r["best"] / worst if worst > 0 else float("inf")
+        out["below_floor"] = int(sum(b for _, b in live))
     return out
 
 
@@ -91,14 +95,23 @@ def render(res: dict) -> str:
         for metric in ("goodput_rps", "goodput_expected_rps"):
             r, s = c[metric], c["started"][metric]
             base = " / ".join(f"{v:.3f}" for v in r["baselines"].values())
-            bws = f"{s['best_over_worst']:.2f}" if "best_over_worst" in s else "-"
+            ge = ">= " if r.get("best_over_worst_bound") else ""
+            bws = (f"{ge}{s['best_over_worst']:.2f}" if "best_over_worst" in s
+                   else "-")
+            lt = "< " if r.get("best_over_worst_bound") else ""
             L.append(f"| {name} | {c['system']} | {metric} | {r['default']:.3f} | "
-                     f"{r['worst']:.3f} | {r['median_random']:.3f} | {r['best']:.3f} | "
-                     f"{r['best_over_worst']:.2f} | {r['best_over_default']:.2f} | "
+                     f"{lt}{r['worst']:.3f} | {r['median_random']:.3f} | {r['best']:.3f} | "
+                     f"{ge}{r['best_over_worst']:.2f} | {r['best_over_default']:.2f} | "
                      f"{'yes' if r['meets'] else 'no'} | {s['refused']} | {bws} | "
                      f"{base} |")
     L += ["", "Goodputs in req/s; `refused`: random settings vLLM would refuse at "
-          "start-up (they serve nothing); `best / worst started`: over the others.", ""]
+          "start-up (they serve nothing); `best / worst started`: over the others. "
+          + (f"No policy's search ran below {res['floor_share']:g} x the default's "
+             "goodput: a worst marked < is that floor (the policies below it: "
+             + "; ".join(f"{n}: {c['goodput_rps']['below_floor']}"
+                         for n, c in res["deployments"].items())
+             + "), and best / worst at least best / floor; the rank agreement is over "
+             "the policies above it." if res.get("floor_share") else ""), ""]
     for name, c in res["deployments"].items():
         a = c.get("agreement")
         tau = ", ".join(f"T = {t}: " + ("-" if v is None else f"{v:.2f}")
@@ -119,6 +132,10 @@ def main(argv=None) -> int:
                     f"(default {DEFAULT})")
     ap.add_argument("--policies", type=int, default=64)
     ap.add_argument("--realisations", type=int, default=2)
+    ap.add_argument("--floor-share", type=float, default=0.25,
+                    help="no policy's goodput search runs below this share of the "
+                    "default's goodput; one that misses the SLOs there is reported as "
+                    "below it (0: no floor; default 0.25)")
     ap.add_argument("--no-agreement", dest="agreement", action="store_false")
     ap.add_argument("--quick", action="store_true", help="small slices (a test)")
     args = ap.parse_args(argv)
@@ -128,6 +145,8 @@ def main(argv=None) -> int:
                         ("--realisations", args.realisations)):
             if v < 1:
                 raise ValueError(f"{flag} {v}: must be >= 1")
+        if not (0.0 <= args.floor_share < 1.0):
+            raise ValueError(f"--floor-share {args.floor_share}: must be in [0, 1)")
         why = unwritable_reason(args.out)
         if why:
             raise ValueError(f"--out {args.out}: {why}")
@@ -138,6 +157,7 @@ def main(argv=None) -> int:
     import jax
 
     res = {"policies": args.policies, "realisations": args.realisations,
+           "floor_share": args.floor_share or None,
            "quick": args.quick, "cpus": os.cpu_count(), "jax": jax.__version__,
            "criterion": {"best_over_worst": stakes.BEST_OVER_WORST,
                          "best_over_default": stakes.BEST_OVER_DEFAULT},
@@ -146,7 +166,8 @@ def main(argv=None) -> int:
     for name in names:
         dep = DEPLOYMENTS[name]
         c = stakes.run_case(name, dep.spec_fields(), args.policies, args.realisations,
-                            args.quick, dep.system, args.agreement)
+                            args.quick, dep.system, args.agreement,
+                            args.floor_share or None)
         why = refused(name, args.policies, args.quick)
         c.update(system=dep.system, description=dep.description,
                  started={m: started(c, m, why) for m in ("goodput_rps",

@@ -118,14 +118,24 @@ def rank_agreement(scs, system: str, space, thetas: list, exact: list[float],
     return out
 
 
-def judge(default: float, others: list[float]) -> dict:
+def judge(default: float, others: list[float], below=None,
+          floor: float | None = None) -> dict:
     """Issue 31's stakes criterion on the default's goodput and a sample of the other
     policies' (best over all, worst over the sample): the ratios, whether it ``meets``
-    both thresholds, and how many distinct values the sample holds."""
+    both thresholds, and how many distinct values the sample holds. ``below[i]``: policy
+    ``i``'s goodput is only known to lie below ``floor`` (its search stopped there);
+    the worst is then below the floor and best / worst at least best / floor
+    (``best_over_worst_bound`` True)."""
+    below = [False] * len(others) if below is None else list(below)
     best, worst = max(others + [default]), min(others)
+    bound = any(below)
+    if bound:
+        worst = min([floor] + [x for x, b in zip(others, below) if not b])
     r = {"default": default, "best": best, "worst": worst,
          "median_random": float(np.median(others)),
          "best_over_worst": best / worst if worst > 0 else float("inf"),
+         "best_over_worst_bound": bound, "below_floor": int(sum(below)),
+         "floor": floor,
          "best_over_default": best / default if default > 0 else float("inf"),
          "distinct_values": len({round(x, 9) for x in others + [default]})}
     r["meets"] = bool(r["best_over_worst"] >= BEST_OVER_WORST
@@ -140,7 +150,13 @@ def summary_line(name: str, wall: float, r: dict) -> str:
 
 
 def run_case(name: str, fields: dict, n_policies: int, realisations: int,
-             quick: bool, system: str = SYSTEM, agreement: bool = True) -> dict:
+             quick: bool, system: str = SYSTEM, agreement: bool = True,
+             floor_share: float | None = None) -> dict:
+    """One case: the default, ``n_policies`` random policies and the baselines, exact.
+    ``floor_share``: the policies' goodput searches run no rate below that share of the
+    default's goodput (``capacity_search``'s floor); a policy that misses the SLOs there
+    is reported as below it (the criterion then holds a bound on best / worst, and the
+    rank agreement is over the other policies)."""
     from tuner.objective.evaluate import evaluate_many
     from tuner.scenario import ScenarioSpec, build_scenario
 
@@ -161,8 +177,11 @@ def run_case(name: str, fields: dict, n_policies: int, realisations: int,
     # the longest runs, and most of them would bracket nothing
     first = evaluate_many(jobs[:1], objective="goodput_expected_rps", log=_log)[0]
     rungs = RUNGS_AROUND_DEFAULT * first["goodput_rps"]
+    floor = None if floor_share is None else floor_share * first["goodput_rps"]
     res = [first] + evaluate_many(jobs[1:], objective="goodput_expected_rps",
-                                  rates=[rungs] * (len(jobs) - 1), log=_log)
+                                  rates=[rungs] * (len(jobs) - 1), log=_log,
+                                  floors=[floor] * (len(jobs) - 1))
+    below = [bool(m["capacity"].get("below_floor")) for m in res]
     wall = time.perf_counter() - t
     out = {"spec": spec.to_dict(), "realisations": realisations,
            "distinct_realisations": distinct, "policies": n_policies,
@@ -170,18 +189,20 @@ def run_case(name: str, fields: dict, n_policies: int, realisations: int,
            "capacity_tokens": float(scs[0].cfg.capacity_tokens),
            "slo_s": [float(scs[0].cfg.ttft_slo_s), float(scs[0].cfg.tpot_slo_s)],
            "wall_s": wall, "runs": sum(int(m["capacity"]["runs"]) for m in res) *
-           realisations}
+           realisations, "floor_share": floor_share, "floor_rps": floor}
     for metric in ("goodput_rps", "goodput_expected_rps"):
         vals = [float(m[metric]) for m in res]
-        r = judge(vals[0], vals[1:1 + n_policies])
+        r = judge(vals[0], vals[1:1 + n_policies], below[1:1 + n_policies], floor)
         r["baselines"] = dict(zip(BASELINES, vals[1 + n_policies:]))
         r["random"] = vals[1:1 + n_policies]
+        r["random_below_floor"] = below[1:1 + n_policies]
         out[metric] = r
     if agreement:
         t = time.perf_counter()
+        keep = [i for i in range(1, 1 + n_policies) if not below[i]]
         out["agreement"] = rank_agreement(
-            scs, system, space, thetas,
-            [float(m["goodput_expected_rps"]) for m in res[:1 + n_policies]])
+            scs, system, space, [thetas[i - 1] for i in keep],
+            [float(m["goodput_expected_rps"]) for m in [res[0]] + [res[i] for i in keep]])
         out["agreement"]["wall_s"] = time.perf_counter() - t
     _log(summary_line(name, wall, out["goodput_expected_rps"]))
     return out

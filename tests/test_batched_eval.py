@@ -172,6 +172,26 @@ def test_a_hinted_search_brackets_the_same_crossing(hint):
         assert min(r for a in asked for r in a) > 0.8 * truth
 
 
+def test_a_search_with_a_floor_runs_nothing_below_it():
+    """With ``floor``, a policy whose crossing lies far below it is run down to the
+    floor and no lower, and says so; one whose crossing is above the floor is bracketed
+    as without it."""
+    low, low_asked = _search(0.05, 0.02, hint=5.0, floor=1.0)
+    rates = [r for a in low_asked for r in a if math.isfinite(r)]
+    assert min(rates) == pytest.approx(1.0) and low["capacity"]["below_floor"]
+    assert low["goodput_rps"] <= 1.0 and low["capacity"]["floor_rps"] == 1.0
+    free, free_asked = _search(0.05, 0.02, hint=5.0)
+    assert min(r for a in free_asked for r in a) < 0.06  # without it: down to 0.05
+    assert low["capacity"]["runs"] < free["capacity"]["runs"]
+    for hint in (5.3, 40.0):
+        a, _ = _search(5.0, 0.02, hint=hint, floor=1.0)
+        b, _ = _search(5.0, 0.02, hint=hint)
+        assert a["capacity"]["bracket_rps"] == b["capacity"]["bracket_rps"]
+        assert a["goodput_rps"] == b["goodput_rps"] and not a["capacity"]["below_floor"]
+    with pytest.raises(ValueError, match="floor"):
+        next(capacity_search(None, 1.0, hint=5.0, floor=0.0))
+
+
 @pytest.mark.parametrize("hint", [0.0, -1.0, math.nan, math.inf])
 def test_a_hint_that_is_no_rate_is_refused(hint):
     with pytest.raises(ValueError, match="hint"):

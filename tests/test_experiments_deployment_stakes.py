@@ -18,6 +18,22 @@ def test_started_counts_only_what_vllm_refuses():
     assert "worst" not in ds.started(case, "goodput_rps", ["a", "b", "c"])
 
 
+def test_a_policy_below_the_floor_makes_best_over_worst_a_bound():
+    """A policy whose search stopped at the floor is known only to lie below it: the
+    worst is the floor, best / worst at least best / floor, and so for the settings
+    vLLM would start."""
+    r = stakes.judge(2.0, [3.0, 0.01, 1.5], [False, True, False], floor=0.5)
+    assert r["worst"] == 0.5 and r["best_over_worst"] == pytest.approx(6.0)
+    assert r["best_over_worst_bound"] and r["below_floor"] == 1
+    plain = stakes.judge(2.0, [3.0, 0.01, 1.5])
+    assert plain["worst"] == 0.01 and not plain["best_over_worst_bound"]
+    case = {"goodput_rps": {"random": [0.5, 0.01, 1e-4], "best": 4.0, "floor": 0.25,
+                            "random_below_floor": [False, True, True]}}
+    s = ds.started(case, "goodput_rps", [None, None, "max_num_seqs"])
+    assert s["worst"] == 0.25 and s["best_over_worst"] == pytest.approx(16.0)
+    assert s["below_floor"] == 1
+
+
 def test_refusals_are_the_systems_rule_on_the_same_draw():
     from models import get_system
     from tuner.scenario import ScenarioSpec, build_scenario
@@ -55,6 +71,7 @@ def test_a_small_run_writes_the_criterion(tmp_path):
 @pytest.mark.parametrize("argv, msg", [
     (["--deployments", "nope"], "--deployments: unknown"),
     (["--policies", "0"], "--policies 0"),
+    (["--floor-share", "1.5"], "--floor-share 1.5"),
 ])
 def test_bad_arguments_stop_before_any_work(tmp_path, capsys, argv, msg):
     out = tmp_path / "d"

@@ -98,6 +98,8 @@ def test_a_short_last_chunk_is_screened_one_by_one_and_settings_are_checked(spac
         scr.screen(full, cheap, 0, pool=4)
     with pytest.raises(ValueError, match="pool 1 must hold the 2 first points"):
         scr.screen(full, cheap, 2, pool=1, first=[{}, {}])
+    with pytest.raises(ValueError, match="at most 4"):  # more finalists than candidates
+        scr.screen(full, cheap, 5, pool=3)
 
 
 class _Sc:
@@ -164,6 +166,37 @@ def test_the_exact_screen_and_full_values_are_runs_to_completion():
         prob.start_goodput, rel=0.03)
 
 
+def test_full_evaluations_run_no_rate_below_a_share_of_the_start_goodput(monkeypatch):
+    """The full evaluation's searches get floors at FLOOR_SHARE x the start's goodput
+    on each window (every candidate, every window); the screen's runs get none."""
+    import tuner.objective.evaluate as ev
+
+    seen = []
+
+    def fake(jobs, **kw):
+        seen.append(kw.get("floors"))
+        return [{"goodput_rps": 1.0, "slo_attainment": 1.0, "objective": 1.0,
+                 "iterations": 1.0, "completed": 1.0, "unserved": 0.0} for _ in jobs]
+    monkeypatch.setattr(ev, "evaluate_many", fake)
+    prob = type("P", (), {})()
+    prob.space = prob.system = None
+    prob.start_goodputs, prob.rates = [4.0, 2.0], np.ones((3,))
+    prob.objective = type("O", (), {"spec": "goodput_rps",
+                                    "__call__": lambda self, m: m["goodput_rps"]})()
+    scs = [_Sc(), _Sc()]
+    for sc in scs:
+        sc.cfg = type("C", (), {"n_slots": 1})()
+    full, cheap = scr.screen_problems(prob, scs)
+    for sc in cheap.scenarios:
+        sc.cfg = scs[0].cfg
+    full.space = cheap.space = type("S", (), {"to_params": lambda self, th: th,
+                                              "human": lambda self, p: p})()
+    full.batch([{}, {}])
+    cheap.batch([{}])
+    share = scr.FLOOR_SHARE
+    assert seen == [[share * 4.0, share * 2.0] * 2, None]
+
+
 def test_the_fit_dispatches_screen_with_its_pool_and_default_evaluations(
         monkeypatch, tmp_path, capsys):
     from tuner.scenario.deployments import get_deployment
@@ -177,6 +210,9 @@ def test_the_fit_dispatches_screen_with_its_pool_and_default_evaluations(
     out = tmp_path / "p.json"
     rc = fit_cli.main(["--method", "screen", "--pool", "0", "--out", str(out)])
     assert rc == 2 and "--pool 0: must be >= 1" in capsys.readouterr().err
+    rc = fit_cli.main(["--method", "screen", "--pool", "3", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--evals 5 with --pool 3" in err and "--evals <= 4" in err
     rc = fit_cli.main(["--method", "screen", "--objective", "tps", "--out", str(out)])
     err = capsys.readouterr().err
     assert rc == 2 and "--method screen: the objective 'tps' has no rate ladder" in err

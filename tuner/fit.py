@@ -395,6 +395,10 @@ def _main(args, t0: float, provenance_out: dict | None = None,
                                  "checkpoint (only the gradient tuner does)")
             if args.method != "screen":
                 check_method(args.method, args.evals)  # its package, before any work
+            elif args.evals - 1 > args.pool:
+                raise ValueError(f"--evals {args.evals} with --pool {args.pool}: the "
+                                 "screen evaluates the start and at most --pool "
+                                 f"candidates in full, so --evals <= {args.pool + 1}")
         if args.explore is None:
             args.explore = HYBRID_EXPLORE if args.method == "hybrid" else d.explore
         ckpt = check_out(out)

@@ -112,7 +112,7 @@ def ladder_metrics(run, inputs, rates, nominal_rps, target: float = TARGET) -> d
 def capacity_search(rates, nominal_rps: float, target: float = TARGET,
                     rtol: float = RTOL, max_runs: int = 24, prefetch: bool = True,
                     expected: bool = False, hint: float | None = None,
-                    points: int = 1):
+                    points: int = 1, floor: float | None = None):
     """The exact goodput search as a generator, so that many searches can run in
     lockstep (:func:`tuner.objective.evaluate.evaluate_many` batches their runs): it
     yields lists of arrival rates to run to completion (``math.inf``: all at once) and
@@ -144,10 +144,20 @@ def capacity_search(rates, nominal_rps: float, target: float = TARGET,
     ``points``: rates asked for per round where one would be read (rungs ahead,
     steps outwards, and a bisection that splits the bracket into ``points + 1`` equal
     parts in log rate), for a batch whose lanes would otherwise idle: fewer rounds
-    for the same lanes. With one point the search is the bisection above."""
+    for the same lanes. With one point the search is the bisection above.
+
+    ``floor`` (req/s): the lowest rate worth knowing (for a search that only has to
+    tell whether a policy beats one with a known goodput). Stepping down, no rate
+    below it is run: once the target is missed at the floor the search stops, and the
+    goodput is the estimate a search that ran out of runs gives (the line from full
+    attainment at rate 0 to the miss), with ``capacity["below_floor"]`` True. Runs at
+    low rates are a search's longest (a batched call waits for its slowest lane), and
+    a policy far below the start is where a tuner's candidates spend them."""
     runs = {}
     if points < 1:
         raise ValueError(f"capacity search: points {points!r} must be >= 1")
+    if floor is not None and not (math.isfinite(floor) and floor > 0):
+        raise ValueError(f"capacity search: floor {floor!r} req/s must be > 0")
     step = 2.0
     if hint is not None and rates is None:
         if not (math.isfinite(hint) and hint > 0):
@@ -194,8 +204,11 @@ def capacity_search(rates, nominal_rps: float, target: float = TARGET,
             lo = ok or lo
             f = f * f if hint is not None else f
         f = step
-        while lo == 0.0 and hi is not None and len(used) < max_runs // 2:  # below it
+        while (lo == 0.0 and hi is not None and len(used) < max_runs // 2
+               and not (floor is not None and hi <= floor)):  # below it, to the floor
             downs = [hi / f ** j for j in range(1, points + 1)]
+            if floor is not None:
+                downs = sorted({max(r, floor) for r in downs}, reverse=True)
             for i, r in enumerate(downs):  # downwards: the first within the target
                 yield from need(downs[i:i + points])
                 used.add(r)
@@ -224,7 +237,9 @@ def capacity_search(rates, nominal_rps: float, target: float = TARGET,
               saturation_rps=sat["requests_per_s"], saturation_tps=sat["tps"])
     cap = {"bracket_rps": [lo, hi], "saturation_iterations": sat.get("iterations"),
            "rungs": {f"{r:.6g}": runs[r]["slo_attainment"] for r in sorted(used)},
-           "limited": hi is not None, "hint_rps": hint}
+           "limited": hi is not None, "hint_rps": hint, "floor_rps": floor,
+           "below_floor": bool(floor is not None and lo == 0.0 and hi is not None
+                               and hi <= floor)}
     if expected:
         good_e, lo_e, hi_e, used_e = yield from root("slo_attainment_expected",
                                                      min(rtol, RTOL_EXPECTED))

@@ -172,7 +172,7 @@ def compile_ahead(jobs: list, *, objective: str = DEFAULT_OBJECTIVE,
 
 def evaluate_many(jobs: list, *, objective: str = DEFAULT_OBJECTIVE, rates=None,
                   lanes: int | None = None, expected: bool | None = None,
-                  hints=None, fill_lanes: bool = False,
+                  hints=None, fill_lanes: bool = False, floors=None,
                   log=lambda s: None) -> list[dict]:
     """The exact objective and metrics of each job ``(scenario, system, params)``.
 
@@ -196,13 +196,15 @@ def evaluate_many(jobs: list, *, objective: str = DEFAULT_OBJECTIVE, rates=None,
     ``fill_lanes``: a group whose rounds leave lanes of its calls idle (2 searches in
     calls of 4 lanes) then asks for that many more rates per round (the search's
     ``points``), fewer rounds for the same calls; the crossing is the same to the
-    search's ``rtol``, found through other rates."""
+    search's ``rtol``, found through other rates. ``floors[i]`` (req/s or None): the
+    lowest rate job ``i``'s search runs (``capacity_search``'s ``floor``)."""
     obj = parse_objective(objective)
     rates = [None] * len(jobs) if rates is None else list(rates)
     hints = [None] * len(jobs) if hints is None else list(hints)
-    if len(rates) != len(jobs) or len(hints) != len(jobs):
-        raise ValueError(f"evaluate_many: {len(rates)} rate ladders and {len(hints)} "
-                         f"hints for {len(jobs)} jobs")
+    floors = [None] * len(jobs) if floors is None else list(floors)
+    if not len(rates) == len(hints) == len(floors) == len(jobs):
+        raise ValueError(f"evaluate_many: {len(rates)} rate ladders, {len(hints)} "
+                         f"hints and {len(floors)} floors for {len(jobs)} jobs")
     if expected is None:
         expected = obj.needs_record
     prepared, groups, plan = _plan(jobs, obj, lanes)
@@ -211,9 +213,10 @@ def evaluate_many(jobs: list, *, objective: str = DEFAULT_OBJECTIVE, rates=None,
     points = {k: _points(len(v) * len(prepared[v[0]][0]), width[k]) if fill_lanes else 1
               for k, v in groups.items()}
     searches = [capacity_search(r, scs[0].nominal_rps, prefetch=plan[key][1],
-                                expected=expected, hint=h, points=points[key])
+                                expected=expected, hint=h, points=points[key],
+                                floor=fl)
                 if obj.capacity else _own_rate()
-                for (scs, _, _, key), r, h in zip(prepared, rates, hints)]
+                for (scs, _, _, key), r, h, fl in zip(prepared, rates, hints, floors)]
     pending = {i: next(s) for i, s in enumerate(searches)}
     results: list = [None] * len(jobs)
     rnd = 0

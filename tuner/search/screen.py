@@ -43,12 +43,17 @@ from tuner.search.blackbox import Flat
 from tuner.search.fitting import (FitResult, FitSettings, _train_scenarios,
                                   build_problem)
 
-__all__ = ["POOL", "SCREEN_EVALS", "SCREEN_OBJECTIVE", "screen", "screen_fit",
+__all__ = ["FLOOR_SHARE", "POOL", "SCREEN_EVALS", "SCREEN_OBJECTIVE", "screen", "screen_fit",
            "screen_problems"]
 
 POOL = 32  # candidates screened (the grid's 8 and 24 uniform samples)
 SCREEN_OBJECTIVE = "slo_attainment"  # what the screen reads (share meeting both SLOs)
 SCREEN_EVALS = 5  # full evaluations: the start and the screen's best 4
+# a full evaluation's goodput searches run no rate below this share of the start's
+# goodput on the window: a policy that misses the SLOs there is far from winning, and
+# the search would otherwise step down to rates whose runs are the longest (and, in
+# lockstep, hold up every other search; see capacity_search's floor)
+FLOOR_SHARE = 0.25
 
 
 class _Exact:
@@ -57,16 +62,18 @@ class _Exact:
     the candidates in lockstep): one job per (candidate, scenario), the value the mean
     over the scenarios of ``objective`` (with its margin) of each job's metrics.
     ``at``: each scenario's arrival rate (None: a capacity objective's search, started
-    from ``hints``). Counts its runs and the slot-iterations they simulated; reports
-    each evaluation to ``listeners`` as a :class:`Problem` does."""
+    from ``hints``, to no rate below ``floors``). Counts its runs and the
+    slot-iterations they simulated; reports each evaluation to ``listeners`` as a
+    :class:`Problem` does."""
 
     any_batch = True  # screen(): the finalists and the start in one lockstep
 
-    def __init__(self, prob: Problem, scenarios, objective, at=None, hints=None):
+    def __init__(self, prob: Problem, scenarios, objective, at=None, hints=None,
+                 floors=None):
         self.space, self.system, self.objective = prob.space, prob.system, objective
         self.scenarios = [sc if at is None else sc.at_rate(float(r))
                           for sc, r in zip(scenarios, at or [None] * len(scenarios))]
-        self.hints = hints
+        self.hints, self.floors = hints, floors
         self.cost, self.runs, self.listeners = 0.0, 0, []
 
     def value(self, theta):
@@ -79,7 +86,9 @@ class _Exact:
         params = [self.space.human(self.space.to_params(th)) for th in thetas]
         jobs = [(sc, self.system, p) for p in params for sc in self.scenarios]
         hints = None if self.hints is None else list(self.hints) * len(params)
-        ms = evaluate_many(jobs, objective=self.objective.spec, hints=hints)
+        floors = None if self.floors is None else list(self.floors) * len(params)
+        ms = evaluate_many(jobs, objective=self.objective.spec, hints=hints,
+                           floors=floors)
         vals = []
         for j, th in enumerate(thetas):
             mine = ms[j * k:(j + 1) * k]
@@ -100,15 +109,16 @@ def screen_problems(prob: Problem, scenarios) -> tuple[_Exact, _Exact]:
     """(full, screen) of ``prob`` (a capacity objective's training problem whose
     start goodput on each scenario is measured, ``prob.start_goodputs``): the full
     evaluation is the training objective by exact searches started from those
-    goodputs; the screen the SLO attainment of one run to completion per scenario at
-    the start's highest goodput (with one row of rungs per scenario, a fleet, each at
-    its own)."""
+    goodputs (to no rate below :data:`FLOOR_SHARE` of them); the screen the SLO
+    attainment of one run to completion per scenario at the start's highest goodput
+    (with one row of rungs per scenario, a fleet, each at its own)."""
     g = prob.start_goodputs
     if prob.rates is None or not g:
         raise ValueError("screen: the objective has no rate ladder (a capacity "
                          "objective such as goodput_rps is needed)")
     at = list(g) if np.ndim(prob.rates) == 2 else [max(g)] * len(g)
-    full = _Exact(prob, scenarios, prob.objective, hints=list(g))
+    full = _Exact(prob, scenarios, prob.objective, hints=list(g),
+                  floors=[FLOOR_SHARE * x for x in g])
     cheap = _Exact(prob, scenarios, parse_objective(SCREEN_OBJECTIVE), at=at)
     return full, cheap
 
@@ -122,6 +132,9 @@ def screen(prob: Problem, cheap: Problem, evals: int, *, pool: int = POOL, seed:
     evaluated, the start first)."""
     if evals < 1:
         raise ValueError(f"screen: evals={evals}: at least 1 (the start point)")
+    if evals - 1 > pool:
+        raise ValueError(f"screen: evals={evals}: the start and at most the pool's "
+                         f"{pool} candidates, so at most {pool + 1}")
     flat = Flat(prob.space)
     batch = 2 * len(flat) if batch is None else int(batch)
     if pool < len(first) or pool < 1 or batch < 1:
