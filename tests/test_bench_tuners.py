@@ -156,6 +156,25 @@ def test_tokenpd_tiers_seeds_build_different_workloads():
             assert not all(np.array_equal(a, b) for a, b in zip(seen[i][1:], seen[j][1:]))
 
 
+@pytest.mark.needs_traces("sharegpt-8k-lengths.csv")
+def test_the_engine_problem_is_the_main_jobs_deployment_in_disjoint_windows():
+    """``engine``: every field of the fit's default deployment (the README's main job),
+    seed s the trace's s-th window of 1,000 requests."""
+    from tuner.scenario.deployments import DEFAULT, get_deployment
+
+    dep = get_deployment(DEFAULT)
+    pb = bt.PROBLEMS["engine"]
+    assert pb.system == dep.system
+    offsets = []
+    for seed in range(bt.FULL.seeds):
+        (spec,) = pb.specs(bt.FULL, seed)
+        for k, v in dep.fields:
+            assert getattr(spec, k) == v, k
+        assert spec.max_len is None and spec.seed == seed
+        offsets.append(spec.offset)
+    assert offsets == [s * 1000 for s in range(bt.FULL.seeds)]
+
+
 # a run small enough for the default suite (~45 s of one core, XLA compiles mostly): the
 # paper's 6-parameter ODMA on 20 requests, 1 seed, the gradient tuner (1 step) and
 # random search (2 evaluations; no TPE or CMA-ES to compare with)
