@@ -8,12 +8,15 @@ three policies (the tuned setting the main job finds, vLLM auto_tune's 128 / 512
 vLLM's defaults, and the paged baseline), each goodput search started from the policy's
 exact goodput on the training windows as ``tuner.fit`` starts it, are evaluated for
 goodput by :func:`tuner.objective.evaluate.evaluate_many` with 1, 2, 4 and 8 lanes per
-call (1: every run alone, rungs read one at a time). Each way runs twice and the second
-run is timed, so compiling is left out (the first run's time is reported too); every
-way's goodputs must agree (the largest relative difference is reported; exit 1 if it
-exceeds 1e-4).
+call (1: every run alone, rungs read one at a time). Each way runs once to compile (that
+run's time is reported too), then :data:`ROUNDS` more times, the ways interleaved
+(round k starts with the k-th way), so that a drift of the machine's speed hits them
+alike; the median is the way's time and its range is reported. Where the ranges of the
+fastest way and ``CPU_LANES``'s overlap, the measurement does not tell them apart.
+Every way's goodputs must agree (the largest relative difference is reported; exit 1
+if it exceeds 1e-4).
 
-Usage (from the repository root; about 2 minutes on 2 cores)::
+Usage (from the repository root; about 4 minutes on 2 cores)::
 
     python3 -m experiments.bench_validate --out experiments/results/bench_validate
 
@@ -35,9 +38,10 @@ from experiments.results_io import stamp_markdown, stamped  # noqa: E402
 from tuner.common import compile_cache  # noqa: E402
 from tuner.common.atomic import write_json_atomic, write_text_atomic  # noqa: E402
 
-__all__ = ["LANES", "main", "samples", "measure", "render"]
+__all__ = ["LANES", "ROUNDS", "fastest", "main", "samples", "measure", "render"]
 
 LANES = (1, 2, 4, 8)
+ROUNDS = 3  # timed runs of each way, after the one that compiles
 # the main job's tuned setting (vLLM auto_tune's 128 / 512 / 0.98), vLLM's defaults, and
 # vllm-v1's baseline (paged)
 TUNED = {"max_num_seqs": 128.0, "max_num_batched_tokens": 512.0,
@@ -72,20 +76,47 @@ def samples(windows: int = 2, seeds: int = 2):
     return jobs, [hints[name] for _, name in todo]
 
 
-def measure(jobs: list, hints: list, lanes: int, log=print) -> dict:
-    """Goodput of every job with ``lanes`` lanes per call; the second of two runs
-    timed."""
+def _once(jobs: list, hints: list, lanes: int) -> tuple[float, list]:
     from tuner.objective.evaluate import evaluate_many
 
-    walls, out = [], None
-    for k in range(2):
-        t = time.perf_counter()
-        out = evaluate_many(jobs, objective="goodput_rps", lanes=lanes, hints=hints)
-        walls.append(time.perf_counter() - t)
-        log(f"  {lanes} lane(s), run {k + 1}: {walls[-1]:.1f} s")
-    runs = sum(int(m["capacity"]["runs"]) for m in out)
-    return {"lanes": lanes, "first_s": walls[0], "wall_s": walls[1], "runs": runs,
-            "jobs": len(jobs), "goodput_rps": [m["goodput_rps"] for m in out]}
+    t = time.perf_counter()
+    out = evaluate_many(jobs, objective="goodput_rps", lanes=lanes, hints=hints)
+    return time.perf_counter() - t, out
+
+
+def measure(jobs: list, hints: list, lanes_list=LANES, rounds: int = ROUNDS,
+            log=print) -> list[dict]:
+    """Goodput of every job with each of ``lanes_list`` lanes per call: one run each to
+    compile, then ``rounds`` timed runs each, interleaved (round k starts with way k);
+    per way the median and range of the timed runs."""
+    import numpy as np
+
+    ways = []
+    for lanes in lanes_list:
+        wall, out = _once(jobs, hints, lanes)
+        log(f"  {lanes} lane(s), first run (compiling): {wall:.1f} s")
+        ways.append({"lanes": lanes, "first_s": wall, "walls_s": [],
+                     "runs": sum(int(m["capacity"]["runs"]) for m in out),
+                     "jobs": len(jobs), "goodput_rps": [m["goodput_rps"] for m in out]})
+    n = len(ways)
+    for k in range(rounds):
+        for j in range(n):
+            w = ways[(k + j) % n]
+            wall, out = _once(jobs, hints, w["lanes"])
+            w["walls_s"].append(wall)
+            log(f"  round {k + 1}, {w['lanes']} lane(s): {wall:.1f} s")
+    for w in ways:
+        w["wall_s"] = float(np.median(w["walls_s"]))
+    return ways
+
+
+def fastest(ways: list[dict], cpu_lanes: int) -> dict:
+    """The way with the lowest median (``fastest``: its lanes) and whether its timed
+    runs' range overlaps ``cpu_lanes``'s (``overlap``: no telling them apart)."""
+    best = min(ways, key=lambda w: w["wall_s"])
+    mine = next((w for w in ways if w["lanes"] == cpu_lanes), best)
+    return {"fastest": best["lanes"],
+            "overlap": bool(min(mine["walls_s"]) <= max(best["walls_s"]))}
 
 
 def render(res: dict) -> str:
@@ -94,15 +125,21 @@ def render(res: dict) -> str:
     L = ["# Exact validation: lanes per batched call on a CPU", "",
          f"The main job's validation: {one['jobs']} goodput searches (its held-out "
          f"samples x its policies, each started from the policy's training goodput), "
-         f"exact mode, {res['cpus']} CPUs, jax {res['jax']}; the second of two runs "
-         "timed (the first includes compiling).", "",
-         "| lanes per call | runs to completion | wall s | vs one lane | first run s "
-         "(with compiling) |", "|---:|---:|---:|---:|---:|"]
+         f"exact mode, {res['cpus']} CPUs, jax {res['jax']}; after a first run that "
+         f"compiles, {len(one['walls_s'])} timed runs of each way, interleaved: their "
+         "median and range.", "",
+         "| lanes per call | runs to completion | wall s (median) | range s | vs one "
+         "lane | first run s (with compiling) |", "|---:|---:|---:|---|---:|---:|"]
     for w in ways:
         L.append(f"| {w['lanes']} | {w['runs']} | {w['wall_s']:.1f} | "
+                 f"{min(w['walls_s']):.1f}-{max(w['walls_s']):.1f} | "
                  f"{one['wall_s'] / w['wall_s']:.2f}x | {w['first_s']:.1f} |")
-    L += ["", f"Fastest: {res['fastest']} lanes; `tuner.objective.evaluate.CPU_LANES` "
-          f"is {res['cpu_lanes']}. Largest relative difference of a goodput between "
+    told = ("the ranges of the two overlap: this measurement does not tell them apart"
+            if res["overlap"] else "their ranges do not overlap")
+    L += ["", f"Fastest (median): {res['fastest']} lanes; `tuner.objective.evaluate."
+          f"CPU_LANES` is {res['cpu_lanes']}" + ("" if res["fastest"] == res["cpu_lanes"]
+                                               else f" ({told})")
+          + ". Largest relative difference of a goodput between "
           f"the ways {res['max_rel_diff']:.1e} (the same runs are read whatever the "
           "lanes: more lanes ask for a ladder's rungs ahead, in one round, and a call "
           "runs until its slowest lane is done)."]
@@ -122,14 +159,12 @@ def main(argv=None) -> int:
     jobs, hints = samples()
     res = {"cpus": os.cpu_count(), "jax": jax.__version__, "cpu_lanes": CPU_LANES,
            "ways": []}
-    for lanes in LANES:
-        print(f"{lanes} lane(s):", file=sys.stderr, flush=True)
-        res["ways"].append(measure(jobs, hints, lanes, log=lambda s: print(
-            s, file=sys.stderr, flush=True)))
+    res["ways"] = measure(jobs, hints, log=lambda s: print(s, file=sys.stderr,
+                                                           flush=True))
     a = res["ways"][0]["goodput_rps"]
     res["max_rel_diff"] = max(abs(x - y) / abs(x) for w in res["ways"][1:]
                               for x, y in zip(a, w["goodput_rps"]))
-    res["fastest"] = min(res["ways"], key=lambda w: w["wall_s"])["lanes"]
+    res.update(fastest(res["ways"], CPU_LANES))
     res = stamped(res)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "bench_validate.json", res, sort_keys=False)
