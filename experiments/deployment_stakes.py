@@ -147,6 +147,7 @@ def main(argv=None) -> int:
                 raise ValueError(f"{flag} {v}: must be >= 1")
         if not (0.0 <= args.floor_share < 1.0):
             raise ValueError(f"--floor-share {args.floor_share}: must be in [0, 1)")
+        floor_share = args.floor_share or None  # 0: no floor
         why = unwritable_reason(args.out)
         if why:
             raise ValueError(f"--out {args.out}: {why}")
@@ -157,7 +158,7 @@ def main(argv=None) -> int:
     import jax
 
     res = {"policies": args.policies, "realisations": args.realisations,
-           "floor_share": args.floor_share or None,
+           "floor_share": floor_share,
            "quick": args.quick, "cpus": os.cpu_count(), "jax": jax.__version__,
            "criterion": {"best_over_worst": stakes.BEST_OVER_WORST,
                          "best_over_default": stakes.BEST_OVER_DEFAULT},
@@ -166,8 +167,7 @@ def main(argv=None) -> int:
     for name in names:
         dep = DEPLOYMENTS[name]
         c = stakes.run_case(name, dep.spec_fields(), args.policies, args.realisations,
-                            args.quick, dep.system, args.agreement,
-                            args.floor_share or None)
+                            args.quick, dep.system, args.agreement, floor_share)
         why = refused(name, args.policies, args.quick)
         c.update(system=dep.system, description=dep.description,
                  started={m: started(c, m, why) for m in ("goodput_rps",
