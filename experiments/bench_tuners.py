@@ -149,6 +149,7 @@ class BenchConfig:
     sigma0: float = 1.0          # CMA-ES initial step size in theta space
     fd_step: float = 0.1         # finite-difference step (checks and quality table)
     temperatures: tuple = (0.3, 0.1, 0.03)
+    guide_t: float = 0.1         # guided: the temperature of its relaxed gradients
     timing_reps: int = 3         # timed gradient and exact evaluations per task
 
     def to_dict(self) -> dict:
@@ -243,7 +244,7 @@ def run_task(problem: str, seed: int, cfg: BenchConfig) -> dict:
             prob.grad_cost = timing["ratio"]  # guided's gradients, at the measured price
             prob.listeners.append(lambda c, th, v, log=log: log.append((c - cost0, v)))
             search(prob, name, cfg.budget, seed=seed, box=cfg.box, batch=cfg.batch,
-                   sigma0=cfg.sigma0)
+                   sigma0=cfg.sigma0, guide_t=cfg.guide_t)
             prob.listeners.clear()
             spent, extra = prob.cost - cost0, {}
         unit = prob.unit
@@ -294,6 +295,8 @@ def _check(cfg: BenchConfig) -> None:
     for name in ("seeds", "budget", "grad_steps", "batch", "check_dirs", "timing_reps"):
         if getattr(cfg, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+    if not (np.isfinite(cfg.guide_t) and cfg.guide_t > 0):
+        raise ValueError(f"--guide-t must be a finite temperature > 0, got {cfg.guide_t}")
 
 
 def _render(src: Path, out: Path) -> int:

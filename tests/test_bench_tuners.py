@@ -87,7 +87,9 @@ def test_missing_optional_dependency_exits_2(monkeypatch, capsys):
 
 @pytest.mark.parametrize("argv,word", [(["--problems", "nope"], "problems"),
                                        (["--methods", "sgd"], "methods"),
-                                       (["--seeds", "0"], "seeds")])
+                                       (["--seeds", "0"], "seeds"),
+                                       (["--guide-t", "0"], "guide-t"),
+                                       (["--guide-t", "nan"], "guide-t")])
 def test_bad_arguments_exit_2_before_any_work(tmp_path, capsys, argv, word):
     out = tmp_path / "o"
     assert bt.main(["--quick", "--out", str(out), *argv]) == 2
