@@ -102,7 +102,7 @@ def measure(jobs: list, hints: list, lanes_list=LANES, rounds: int = ROUNDS,
     for k in range(rounds):
         for j in range(n):
             w = ways[(k + j) % n]
-            wall, out = _once(jobs, hints, w["lanes"])
+            wall = _once(jobs, hints, w["lanes"])[0]
             w["walls_s"].append(wall)
             log(f"  round {k + 1}, {w['lanes']} lane(s): {wall:.1f} s")
     for w in ways:

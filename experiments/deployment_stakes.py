@@ -71,8 +71,7 @@ def started(res_case: dict, metric: str, why: list) -> dict:
     out = {"refused": len(r["random"]) - len(live),
            "refused_by_field": {f: why.count(f) for f in sorted({w for w in why if w})}}
     if live:
-        # a setting whose search stopped at the floor is known only to lie below it
-        worst = min(r["floor"] if b else x for x, b in live)
+        worst = stakes.floor_worst(*zip(*live), r.get("floor"))
         out["worst"] = worst
         out["best_over_worst"] = r["best"] / worst if worst > 0 else float("inf")
         out["below_floor"] = int(sum(b for _, b in live))

@@ -44,8 +44,8 @@ from experiments.results_io import pick_cases, write_result  # noqa: E402
 from tuner.common import compile_cache  # noqa: E402
 from tuner.common.atomic import unwritable_reason  # noqa: E402
 
-__all__ = ["CASES", "BEST_OVER_WORST", "BEST_OVER_DEFAULT", "judge", "main", "random_thetas",
-           "rank_agreement", "run_case", "render"]
+__all__ = ["CASES", "BEST_OVER_WORST", "BEST_OVER_DEFAULT", "floor_worst", "judge", "main",
+           "random_thetas", "rank_agreement", "run_case", "render"]
 
 SYSTEM = "odma"
 BASELINES = ("static", "paged", "s3")
@@ -118,6 +118,13 @@ def rank_agreement(scs, system: str, space, thetas: list, exact: list[float],
     return out
 
 
+def floor_worst(values, below, floor: float | None) -> float:
+    """The worst of ``values`` where ``below[i]`` means value ``i`` is only known to lie
+    below ``floor`` (its goodput search stopped there): such a value counts as the floor,
+    an upper bound on the worst."""
+    return min(floor if b else x for x, b in zip(values, below))
+
+
 def judge(default: float, others: list[float], below=None,
           floor: float | None = None) -> dict:
     """Issue 31's stakes criterion on the default's goodput and a sample of the other
@@ -127,10 +134,8 @@ def judge(default: float, others: list[float], below=None,
     the worst is then below the floor and best / worst at least best / floor
     (``best_over_worst_bound`` True)."""
     below = [False] * len(others) if below is None else list(below)
-    best, worst = max(others + [default]), min(others)
+    best, worst = max(others + [default]), floor_worst(others, below, floor)
     bound = any(below)
-    if bound:
-        worst = min([floor] + [x for x, b in zip(others, below) if not b])
     r = {"default": default, "best": best, "worst": worst,
          "median_random": float(np.median(others)),
          "best_over_worst": best / worst if worst > 0 else float("inf"),
