@@ -90,6 +90,43 @@ def test_the_start_wins_ties_and_a_nan_never_wins(space):
     assert best == 0.5 and all(math.isnan(v) for v in fulls[1:])
 
 
+@pytest.mark.parametrize("together", [False, True])
+def test_a_start_already_measured_is_not_evaluated_again(space, together):
+    """With ``start_value`` set (the goodput measured for the ladder), only the
+    finalists are evaluated in full, the start's value is the one given, and it
+    still wins ties; one lockstep or batches alike."""
+    flat = Flat(space)
+    x0 = flat.vec(space.to_theta(dict(space.base)))
+    full, cheap = _pair(space, lambda x: 0.7 if x[0] > 0 else 0.2, lambda x: float(x[0]))
+    full.start_value = 0.7
+    if together:
+        full.any_batch = True
+    theta, best, _, fulls = scr.screen(full, cheap, 3, pool=6, seed=1, batch=2)
+    pts = full.points()
+    assert len(pts) == 2 and not any(np.allclose(p, x0) for p in pts)
+    assert fulls[0] == 0.7 and len(fulls) == 3 and best == 0.7
+    np.testing.assert_allclose(flat.vec(theta), x0, atol=1e-6)  # the start wins the tie
+    full.start_value = 0.1  # a finalist better than the start wins
+    theta, best, _, _ = scr.screen(full, cheap, 3, pool=6, seed=1, batch=2)
+    assert best == 0.7 and flat.vec(theta)[0] > 0
+
+
+def test_the_start_value_is_the_ladders_goodput_only_for_plain_goodput():
+    """``start_value``: the mean of the start's measured goodputs for the count-based
+    goodput objective; None where the objective reads what those searches did not
+    keep (a constraint, the expected goodput) or nothing was measured."""
+    prob = type("P", (), {})()
+    prob.start_goodputs = [3.0, 5.0]
+    prob.objective = scr.parse_objective("goodput_rps").with_margin(0.1)
+    assert scr.start_value(prob) == 4.0
+    for spec in ("goodput_rps,ttft_p99_s<=2", "goodput_expected_rps",
+                 "goodput_rps+saturation_rps"):
+        prob.objective = scr.parse_objective(spec)
+        assert scr.start_value(prob) is None, spec
+    prob.objective, prob.start_goodputs = scr.parse_objective("goodput_rps"), None
+    assert scr.start_value(prob) is None
+
+
 def test_a_short_last_chunk_is_screened_one_by_one_and_settings_are_checked(space):
     full, cheap = _pair(space, lambda x: float(-x[0]), lambda x: float(-x[0]))
     scr.screen(full, cheap, 2, pool=5, seed=0, batch=2)

@@ -11,7 +11,11 @@ training objective exactly (goodput by a search of runs to completion on every w
 started from the start's goodput there; the mean over the windows), all in one
 lockstep (:func:`tuner.objective.evaluate.evaluate_many`), and the best full value
 wins; the start wins ties, so the result is never worse than the start on the training
-problem. Every run goes through the one batched run-to-completion program per system
+problem. Where the training objective is the count-based goodput itself (no
+constraint), the start is not run again: its full value is the goodput the training
+problem's own exact searches measured to plan the ladder (:func:`start_value`; the
+same search to the same resolution, reached through other rates), and only the
+finalists go into the lockstep. Every run goes through the one batched run-to-completion program per system
 that measured the start's goodput (and that validation runs): the search compiles no
 program of its own. A screen costs one run per window where a full evaluation costs
 its goodput search's (about six).
@@ -44,7 +48,7 @@ from tuner.search.fitting import (FitResult, FitSettings, _train_scenarios,
                                   build_problem)
 
 __all__ = ["FLOOR_SHARE", "POOL", "SCREEN_EVALS", "SCREEN_OBJECTIVE", "screen", "screen_fit",
-           "screen_problems"]
+           "screen_problems", "start_value"]
 
 POOL = 32  # candidates screened (the grid's 8 and 24 uniform samples)
 SCREEN_OBJECTIVE = "slo_attainment"  # what the screen reads (share meeting both SLOs)
@@ -75,6 +79,7 @@ class _Exact:
                           for sc, r in zip(scenarios, at or [None] * len(scenarios))]
         self.hints, self.floors = hints, floors
         self.cost, self.runs, self.listeners = 0.0, 0, []
+        self.start_value = None  # the start's value when already measured (screen())
 
     def value(self, theta):
         return float(self.batch([theta])[0]), {}
@@ -105,6 +110,19 @@ class _Exact:
         return np.asarray(vals, np.float64)
 
 
+def start_value(prob: Problem) -> float | None:
+    """The start policy's full value without running it again, where the training
+    objective is the count-based goodput alone (``goodput_rps``, no constraint): the
+    mean over the scenarios of the goodputs that :func:`tuner.search.fitting.
+    build_problem`'s exact searches measured (``prob.start_goodputs``). Otherwise
+    None: an objective with constraints or the expected goodput reads metrics those
+    searches did not keep."""
+    obj, g = prob.objective, prob.start_goodputs
+    plain = (getattr(obj, "goal", None) == ((1.0, "goodput_rps"),)
+             and not getattr(obj, "constraints", ()))
+    return float(np.mean(g)) if plain and g else None
+
+
 def screen_problems(prob: Problem, scenarios) -> tuple[_Exact, _Exact]:
     """(full, screen) of ``prob`` (a capacity objective's training problem whose
     start goodput on each scenario is measured, ``prob.start_goodputs``): the full
@@ -119,6 +137,7 @@ def screen_problems(prob: Problem, scenarios) -> tuple[_Exact, _Exact]:
     at = list(g) if np.ndim(prob.rates) == 2 else [max(g)] * len(g)
     full = _Exact(prob, scenarios, prob.objective, hints=list(g),
                   floors=[FLOOR_SHARE * x for x in g])
+    full.start_value = start_value(prob)
     cheap = _Exact(prob, scenarios, parse_objective(SCREEN_OBJECTIVE), at=at)
     return full, cheap
 
@@ -129,7 +148,8 @@ def screen(prob: Problem, cheap: Problem, evals: int, *, pool: int = POOL, seed:
     (``prob.space.base``) in full, ``pool`` candidates (``first``, then uniform samples
     of ``[-box, box]``) on ``cheap``, the best ``evals - 1`` of them in full. Returns
     ``(theta, value, screen_values, full_values)`` (``full_values`` in the order
-    evaluated, the start first)."""
+    evaluated, the start first). A ``prob.start_value`` that is not None is the
+    start's full value, already measured: the start is then not evaluated again."""
     if evals < 1:
         raise ValueError(f"screen: evals={evals}: at least 1 (the start point)")
     if evals - 1 > pool:
@@ -148,7 +168,12 @@ def screen(prob: Problem, cheap: Problem, evals: int, *, pool: int = POOL, seed:
     # finalists; else the start first, and the screen's batched program compiles in a
     # thread meanwhile
     together = getattr(prob, "any_batch", False)
-    if not together:
+    known = getattr(prob, "start_value", None)
+    if known is not None:
+        v0 = float(known)
+        if progress is not None:
+            progress(1, v0)
+    elif not together:
         ahead, compile_batch = None, getattr(cheap, "compile_batch", None)
         if pool >= batch > 1 and compile_batch is not None:
             ahead = in_thread(compile_batch, batch)
@@ -177,10 +202,11 @@ def screen(prob: Problem, cheap: Problem, evals: int, *, pool: int = POOL, seed:
     # order (the first points before the samples)
     order = sorted(range(len(xs)), key=lambda i: -cheap_vals[i]
                    if math.isfinite(cheap_vals[i]) else math.inf)[:evals - 1]
-    if together:
-        fulls = values(prob, [x0, *[xs[i] for i in order]])
+    finalists = [xs[i] for i in order]
+    if together and known is None:
+        fulls = values(prob, [x0, *finalists])
     else:
-        fulls = [v0, *values(prob, [xs[i] for i in order])]
+        fulls = [v0, *(values(prob, finalists) if finalists else [])]
     cands = [x0, *[xs[i] for i in order]]
     j = 0  # the start unless a promoted candidate is strictly better
     for k, v in enumerate(fulls):
@@ -222,13 +248,16 @@ def screen_fit(spec, st: FitSettings, evals: int = SCREEN_EVALS, *, pool: int = 
         + (f"{len(first)} {first_note}, " if first else "")
         + f"uniform samples of the theta box +-{st.box:g}) screened by their SLO "
         f"attainment in one run to completion per window at the start's highest "
-        f"goodput ({at:.3g} req/s); the start and the best {evals - 1} evaluated "
-        "exactly, together")
+        f"goodput ({at:.3g} req/s); "
+        + (f"the best {evals - 1} evaluated exactly, together (the start's goodput as "
+           "measured for the ladder)" if full.start_value is not None else
+           f"the start and the best {evals - 1} evaluated exactly, together"))
     theta, best, _, fulls = screen(full, cheap, evals, pool=pool, seed=st.seed,
                                    box=st.box, first=first, progress=progress)
     space = prob.space
-    log(f"screen: best exact objective {best:.6g} (start {fulls[0]:.6g}; {cheap.runs} "
-        f"screen runs, {full.runs} runs of the exact evaluations)")
+    reused = " as measured for the ladder" if full.start_value is not None else ""
+    log(f"screen: best exact objective {best:.6g} (start {fulls[0]:.6g}{reused}; "
+        f"{cheap.runs} screen runs, {full.runs} runs of the exact evaluations)")
     return FitResult(params=space.human(space.to_params(theta)),
                      default_params=space.human(default), estimators={}, floor=0.0,
                      history=history, best_exact=best, cost=full.cost + cheap.cost,
