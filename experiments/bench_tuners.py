@@ -67,9 +67,10 @@ from tuner.common.atomic import (plain, unwritable_reason, write_bytes_atomic,
                                  write_json_atomic, write_text_atomic)
 
 __all__ = ["FULL", "METHODS", "PROBLEMS", "QUICK", "BenchConfig", "TuneProblem",
-           "best_so_far", "cost_to_reach", "main", "run_task"]
+           "best_so_far", "cost_to_reach", "main", "run_provenance", "run_task"]
 
-SCHEMA_VERSION = 3  # 3: provenance; gradient quality counts "vanishing"
+SCHEMA_VERSION = 4  # 3: provenance; gradient quality counts "vanishing"; 4: the
+#   provenance covers the tuners the worker processes ran
 METHODS = GRADIENT_METHODS + BLACKBOX_METHODS
 
 
@@ -359,9 +360,7 @@ def main(argv=None) -> int:
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from tuner.common.provenance import provenance
-
-    doc = {"schema_version": SCHEMA_VERSION, "provenance": provenance(),
+    doc = {"schema_version": SCHEMA_VERSION, "provenance": run_provenance(),
            "settings": cfg.to_dict(),
            "methods": list(cfg.methods),
            "problems": [dict(dataclasses.asdict(PROBLEMS[p])) for p in cfg.problems],
@@ -383,6 +382,16 @@ def main(argv=None) -> int:
     print(md)
     print(f"wrote {out}/bench_tuners.{{json,md,png}}", file=sys.stderr)
     return 0
+
+
+def run_provenance() -> dict:
+    """The result's provenance, whose fingerprint covers the tuners the worker
+    processes ran (spawned workers import them; this process may not have)."""
+    import tuner.search.blackbox  # noqa: F401
+    import tuner.search.fitting  # noqa: F401
+    from tuner.common.provenance import provenance
+
+    return provenance()
 
 
 def _done(task: dict, t0: float) -> dict:

@@ -5,6 +5,7 @@ quick run's."""
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -207,7 +208,7 @@ def test_tiny_run_accounts_every_methods_budget(tiny_run):
     assert Image.open(tiny_run / "bench_tuners.png").text.get("Source") == \
         doc["provenance"]["sources"]["sha256"]
     cfg = doc["settings"]
-    assert doc["schema_version"] == bt.SCHEMA_VERSION == 3
+    assert doc["schema_version"] == bt.SCHEMA_VERSION == 4
     assert doc["methods"] == ["gradient", "random"] == list(cfg["methods"])
     assert doc["seeds"] == [0] and [p["name"] for p in doc["problems"]] == ["odma"]
     (t,) = doc["tasks"]
@@ -288,3 +289,20 @@ def test_gradient_quality_counts_the_shared_rules_classes():
     md = "\n".join(rep._quality_table({"settings": {"temperatures": [0.3, 0.1]},
                                        "gradient_quality": {"p": q}}))
     assert "| p | a | 2 | 1/0/1/0 | 1/0/1/0 |" in md
+
+
+def test_the_provenance_covers_the_tuners_the_workers_ran():
+    """The workers are spawned processes: the fingerprint must still list the tuners'
+    sources, which the parent process never imported (a fresh interpreter here)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from experiments import bench_tuners as bt; "
+            "assert 'tuner.search.fitting' not in sys.modules; "
+            "f = bt.run_provenance()['sources']['files']; "
+            "print(all(p in f for p in ('tuner/search/fitting.py', "
+            "'tuner/search/blackbox.py', 'tuner/objective/problem.py')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(bt.__file__).resolve().parents[1], timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"

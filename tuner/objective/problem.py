@@ -173,6 +173,8 @@ class Problem:
         sc = scenarios[0]
         self.system, self.space, self.objective = system, space, objective
         self.n_steps, self.n_crn, self.n_slots = n_steps, len(scenarios), sc.cfg.n_slots
+        # the deployment (vLLM's memory profile), for start-up checks on the host
+        self.deployment = getattr(sc, "deployment", None)
         self.cost = 0.0  # simulated request-iterations spent (slots x iterations)
         # the start policy's exact goodput on the scenarios (mean), and the runs to
         # completion and simulated slot-iterations it took (set by whoever ran it:

@@ -38,6 +38,7 @@ from flax import serialization
 from models import get_system, validate_params
 from tuner.common.atomic import write_bytes_atomic
 from tuner.objective.evaluate import evaluate
+from tuner.search.feasible import for_problem
 from tuner.search.gradcheck import VANISHING_RATIO, check, check_directions
 from tuner.objective.problem import FD_SCHEMES, Problem, plan_ladder
 from tuner.objective.objectives import parse_objective
@@ -80,6 +81,8 @@ class FitSettings:
     seed: int = 0
     temperatures: tuple = (0.3, 0.1, 0.03)  # candidates for the temperature floor
     start: dict = field(default_factory=dict)  # starting params (default: the paper's)
+    repair: bool = True           # a step the system refuses to start moves its flat
+                                  # coordinates until it starts (tuner.search.feasible)
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -392,6 +395,7 @@ def fit(spec, st: FitSettings, *, checkpoint: Path | None = None,
     sched = optax.exponential_decay(t0, max(st.budget - 1, 1), floor / t0, end_value=floor)
     theta, opt_state = state["theta"], state["opt_state"]
     fd_coords = [c for c in space.coords() if est[f"{c[0]}[{c[1]}]"] == "fd-crn"]
+    repair = for_problem(prob, get_system(st.system)) if st.repair else None
     lv = state.get("lv")  # exact log objective measured at theta (None: not measured)
     for step in range(state["step"], st.budget):
         t = float(sched(step))
@@ -403,6 +407,11 @@ def fit(spec, st: FitSettings, *, checkpoint: Path | None = None,
         g = {k: -jnp.where(jnp.isfinite(x), x, 0.0) for k, x in g.items()}
         upd, opt_state = opt.update(g, opt_state, theta)
         theta = optax.apply_updates(theta, upd)
+        if repair is not None:  # a step the system refuses: flat coordinates restore it
+            theta, moved = repair(theta, g)
+            if moved:
+                rec["repaired"] = [{"param": n, "index": i, "theta_delta": d}
+                                   for n, i, d in moved]
         lv = None
         if (step + 1) % st.check_every == 0 or step + 1 == st.budget:
             ve, me = prob.value(theta)
