@@ -247,3 +247,56 @@ def test_a_hinted_lockstep_search_equals_the_hinted_search_alone():
         assert m["goodput_rps"] == pytest.approx(a["goodput_rps"], rel=1e-6)
         assert m["capacity"]["bracket_rps"] == pytest.approx(a["capacity"]["bracket_rps"])
         assert m["capacity"]["hint_rps"] == h
+
+
+@pytest.mark.parametrize("truth", [3.0, 4.9, 5.2, 9.0])
+def test_a_search_started_from_a_known_run_brackets_the_same_crossing(truth):
+    """A run already made at ``r`` (a screen's) starts the search: the first rungs lie
+    on the side of ``r`` its attainment says the crossing is, ``r`` is never run again,
+    the crossing is bracketed to rtol as without it, and the known run is not counted
+    in the search's runs or iterations."""
+    r0 = 5.0
+    run_at = _step_curve(truth)
+    plain, _ = _search(truth, 0.02, hint=4.0)
+    out, asked = _search(truth, 0.02, hint=4.0, known={r0: {**run_at(r0),
+                                                             "iterations": 1e9}})
+    rates = [r for a in asked for r in a]
+    assert r0 not in rates
+    lo, hi = out["capacity"]["bracket_rps"]
+    assert lo < truth <= hi and hi / lo <= 1.02
+    assert out["goodput_rps"] == pytest.approx(plain["goodput_rps"], rel=0.02)
+    assert out["capacity"]["runs"] == len(rates) and out["capacity"]["known_runs"] == 1
+    assert out["capacity"]["iterations"] is None  # the step curve's runs say none
+    h = HINT_STEP
+    first = [r for r in asked[0] if math.isfinite(r)]
+    if truth > r0:  # met at r0: upwards from it
+        assert first == [pytest.approx(r0 * h * h)]
+    else:  # missed at r0; the hint's bracket lies below it: the hint's rungs first
+        assert first == [pytest.approx(4.0 / h)]
+        assert len(plain["capacity"]["rungs"]) >= len(rates) - 1
+
+
+def test_known_runs_cost_nothing_and_bad_ones_are_refused():
+    """The iterations a search reports are those of the runs it made; a known run at a
+    rate that is no rate, or known runs beside a given ladder, are refused."""
+    def run_at(r):
+        m = _step_curve(4.0)(r)
+        return {**m, "iterations": 10.0 if math.isfinite(r) else 1.0}
+
+    made = []
+
+    def run_many(rs):
+        made.extend(rs)
+        return [run_at(r) for r in rs]
+    out = drive(capacity_search(None, 1.0, rtol=0.02, prefetch=False,
+                                known={5.0: {**run_at(5.0), "iterations": 1e6}}),
+                run_many)
+    assert out["capacity"]["iterations"] == pytest.approx(
+        sum(run_at(r)["iterations"] for r in made))
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="known run rates"):
+            next(capacity_search(None, 1.0, known={bad: run_at(1.0)}))
+    with pytest.raises(ValueError, match="no rates"):
+        next(capacity_search([1.0, 2.0], 1.0, known={5.0: run_at(5.0)}))
+    with pytest.raises(ValueError, match="known runs"):
+        evaluate_many([(None, "paged", {})], known=[None, None])

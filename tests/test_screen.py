@@ -195,9 +195,15 @@ def test_the_exact_screen_and_full_values_are_runs_to_completion():
     assert cheap.runs == len(scs) and cheap.cost > 0
     alone = [evaluate(sc, "s3", params, objective="goodput_rps", hint=g)
              for sc, g in zip(scs, prob.start_goodputs)]
-    assert full.value(theta)[0] == pytest.approx(
+    fresh, _ = scr.screen_problems(prob, scs)  # a screen that ran nothing
+    assert fresh.value(theta)[0] == pytest.approx(
         np.mean([m["goodput_rps"] for m in alone]), rel=1e-6)
-    assert full.runs == sum(m["capacity"]["runs"] for m in alone)
+    assert fresh.runs == sum(m["capacity"]["runs"] for m in alone)
+    # after the screen's run of theta: its search starts from that run, which it does
+    # not pay for again; the same crossing to the search's resolution
+    one = fresh.runs
+    assert full.value(theta)[0] == pytest.approx(fresh.value(theta)[0], rel=0.03)
+    assert full.runs < one
     # the start policy's goodput from its own search equals the ladder's measure of it
     assert np.mean([m["goodput_rps"] for m in alone]) == pytest.approx(
         prob.start_goodput, rel=0.03)
@@ -232,6 +238,59 @@ def test_full_evaluations_run_no_rate_below_a_share_of_the_start_goodput(monkeyp
     cheap.batch([{}])
     share = scr.FLOOR_SHARE
     assert seen == [[share * 4.0, share * 2.0] * 2, None]
+
+
+def test_the_full_evaluation_of_a_screened_policy_starts_from_its_screen_runs(
+        monkeypatch):
+    """A candidate the screen ran gets each window's screen run (its rate and metrics)
+    as a known run of its full evaluation's search, beside the start's goodput as the
+    hint; a policy the screen did not run (the start) gets none; neither does an
+    objective that reads the expected attainment, which a screen's run may lack."""
+    import tuner.objective.evaluate as ev
+
+    seen = []
+
+    def fake(jobs, **kw):
+        seen.append(kw)
+        return [{"goodput_rps": 1.0, "slo_attainment": 0.5 + 0.1 * i, "objective": 1.0,
+                 "iterations": 1.0, "completed": 1.0, "unserved": 0.0}
+                for i, _ in enumerate(jobs)]
+    monkeypatch.setattr(ev, "evaluate_many", fake)
+
+    def problems(needs_record=False):
+        prob = type("P", (), {})()
+        prob.space = prob.system = None
+        prob.start_goodputs, prob.rates = [4.0, 2.0], np.ones((3,))
+        prob.objective = type("O", (), {"spec": "goodput_rps", "needs_record":
+                                        needs_record,
+                                        "__call__": lambda self, m: m["goodput_rps"]})()
+        scs = [_Sc(), _Sc()]
+        for sc in scs:
+            sc.cfg = type("C", (), {"n_slots": 1})()
+        full, cheap = scr.screen_problems(prob, scs)
+        for sc in cheap.scenarios:
+            sc.cfg = scs[0].cfg
+        full.space = cheap.space = type("S", (), {"to_params": lambda self, th: th,
+                                                  "human": lambda self, p: p})()
+        return full, cheap
+
+    full, cheap = problems()
+    cheap.batch([{"a": 1.0}, {"a": 2.0}])
+    seen.clear()
+    full.batch([{"a": 2.0}, {"a": 3.0}])
+    (kw,) = seen
+    assert kw["hints"] == [4.0, 2.0, 4.0, 2.0]
+    # {"a": 2.0} was the screen's second policy: its jobs were the 3rd and 4th
+    assert kw["known"][:2] == [{4.0: pytest.approx({**kw["known"][0][4.0],
+                                                     "slo_attainment": 0.7})},
+                               {4.0: pytest.approx({**kw["known"][1][4.0],
+                                                     "slo_attainment": 0.8})}]
+    assert kw["known"][2:] == [None, None]
+    full, cheap = problems(needs_record=True)
+    cheap.batch([{"a": 1.0}])
+    seen.clear()
+    full.batch([{"a": 1.0}])
+    assert seen[0]["known"] is None
 
 
 def test_the_fit_dispatches_screen_with_its_pool_and_default_evaluations(

@@ -112,7 +112,8 @@ def ladder_metrics(run, inputs, rates, nominal_rps, target: float = TARGET) -> d
 def capacity_search(rates, nominal_rps: float, target: float = TARGET,
                     rtol: float = RTOL, max_runs: int = 24, prefetch: bool = True,
                     expected: bool = False, hint: float | None = None,
-                    points: int = 1, floor: float | None = None):
+                    points: int = 1, floor: float | None = None,
+                    known: dict | None = None):
     """The exact goodput search as a generator, so that many searches can run in
     lockstep (:func:`tuner.objective.evaluate.evaluate_many` batches their runs): it
     yields lists of arrival rates to run to completion (``math.inf``: all at once) and
@@ -152,16 +153,43 @@ def capacity_search(rates, nominal_rps: float, target: float = TARGET,
     goodput is the estimate a search that ran out of runs gives (the line from full
     attainment at rate 0 to the miss), with ``capacity["below_floor"]`` True. Runs at
     low rates are a search's longest (a batched call waits for its slowest lane), and
-    a policy far below the start is where a tuner's candidates spend them."""
-    runs = {}
+    a policy far below the start is where a tuner's candidates spend them.
+
+    ``known`` (``{rate: metrics}``, with ``rates`` None): runs to completion already
+    made at those rates (a screen's run of the same policy on the same workload), read
+    as the search's own. Let ``r`` be the highest. Where its run meets the target the
+    crossing lies above ``r``: the first rungs are ``r`` and ``r * HINT_STEP**2``.
+    Where it misses, the crossing lies below ``r``: the first rungs are the hint's two
+    and then ``r`` where the hint lies below ``r / HINT_STEP`` (the bracket closes at
+    ``r`` if both meet the target), else ``r / HINT_STEP**2`` and ``r``. The search
+    then widens as a hinted one does. Known
+    runs are not counted in ``capacity["runs"]`` or ``["iterations"]``: they were paid
+    for where they were made."""
+    runs = dict(known or {})
     if points < 1:
         raise ValueError(f"capacity search: points {points!r} must be >= 1")
     if floor is not None and not (math.isfinite(floor) and floor > 0):
         raise ValueError(f"capacity search: floor {floor!r} req/s must be > 0")
+    if hint is not None and rates is None and not (math.isfinite(hint) and hint > 0):
+        raise ValueError(f"capacity search: hint {hint!r} req/s must be > 0")
     step = 2.0
-    if hint is not None and rates is None:
-        if not (math.isfinite(hint) and hint > 0):
-            raise ValueError(f"capacity search: hint {hint!r} req/s must be > 0")
+    if known:
+        if rates is not None:
+            raise ValueError("capacity search: known runs start the search; give no "
+                             "rates with them")
+        bad = [r for r in runs if not (math.isfinite(r) and r > 0)]
+        if bad:
+            raise ValueError(f"capacity search: known run rates {bad!r} req/s must "
+                             "be > 0")
+        r0, h = max(runs), HINT_STEP
+        if runs[r0]["slo_attainment"] >= target:  # the crossing lies above r0
+            rates, hint = [r0, r0 * h * h], r0 * h
+        elif hint is not None and hint * h < r0:  # below: the hint's rungs, then r0
+            rates = [hint / h, hint * h, r0]
+        else:
+            rates, hint = [r0 / (h * h), r0], r0 / h
+        step = h * h
+    elif hint is not None and rates is None:
         rates, step = [hint / HINT_STEP, hint * HINT_STEP], HINT_STEP ** 2
 
     def need(rs):
@@ -174,8 +202,10 @@ def capacity_search(rates, nominal_rps: float, target: float = TARGET,
         yield from need([math.inf])
         rates = ladder_rates(runs[math.inf]["requests_per_s"])
     rates = [float(r) for r in rates]
-    # the first rung is always read: asked for with the saturation run
-    yield from need((rates if prefetch else rates[:points]) + [math.inf])
+    # the first rung is always read: asked for with the saturation run (the first not
+    # already known)
+    fresh = [r for r in rates if r not in runs]
+    yield from need((rates if prefetch else fresh[:points]) + [math.inf])
 
     def root(key, rtol):
         """(goodput, lo, hi, rates read) of the first crossing of ``key``."""
@@ -250,8 +280,9 @@ def capacity_search(rates, nominal_rps: float, target: float = TARGET,
     # every run, both searches'; ``iterations``: the server iterations with work they
     # simulated (a cost on the scale of a fixed-horizon ladder's), None where a run's
     # metrics do not say
-    its = [m.get("iterations") for m in runs.values()]
-    at["capacity"] = {**cap, "runs": len(runs),
+    made = [m for r, m in runs.items() if r not in (known or {})]
+    its = [m.get("iterations") for m in made]
+    at["capacity"] = {**cap, "runs": len(made), "known_runs": len(known or {}),
                       "iterations": None if None in its else float(sum(its))}
     return at
 

@@ -173,7 +173,7 @@ def compile_ahead(jobs: list, *, objective: str = DEFAULT_OBJECTIVE,
 def evaluate_many(jobs: list, *, objective: str = DEFAULT_OBJECTIVE, rates=None,
                   lanes: int | None = None, expected: bool | None = None,
                   hints=None, fill_lanes: bool = False, floors=None,
-                  log=lambda s: None) -> list[dict]:
+                  known=None, log=lambda s: None) -> list[dict]:
     """The exact objective and metrics of each job ``(scenario, system, params)``.
 
     A job's scenario may be a tuple of scenarios of one shape: workload realisations
@@ -197,14 +197,19 @@ def evaluate_many(jobs: list, *, objective: str = DEFAULT_OBJECTIVE, rates=None,
     calls of 4 lanes) then asks for that many more rates per round (the search's
     ``points``), fewer rounds for the same calls; the crossing is the same to the
     search's ``rtol``, found through other rates. ``floors[i]`` (req/s or None): the
-    lowest rate job ``i``'s search runs (``capacity_search``'s ``floor``)."""
+    lowest rate job ``i``'s search runs (``capacity_search``'s ``floor``).
+    ``known[i]`` (``{rate: metrics}`` or None): runs of job ``i`` already made, from
+    which its search starts instead of a hint (``capacity_search``'s ``known``; not
+    counted in its runs)."""
     obj = parse_objective(objective)
     rates = [None] * len(jobs) if rates is None else list(rates)
     hints = [None] * len(jobs) if hints is None else list(hints)
     floors = [None] * len(jobs) if floors is None else list(floors)
-    if not len(rates) == len(hints) == len(floors) == len(jobs):
+    known = [None] * len(jobs) if known is None else list(known)
+    if not len(rates) == len(hints) == len(floors) == len(known) == len(jobs):
         raise ValueError(f"evaluate_many: {len(rates)} rate ladders, {len(hints)} "
-                         f"hints and {len(floors)} floors for {len(jobs)} jobs")
+                         f"hints, {len(floors)} floors and {len(known)} known runs "
+                         f"for {len(jobs)} jobs")
     if expected is None:
         expected = obj.needs_record
     prepared, groups, plan = _plan(jobs, obj, lanes)
@@ -214,9 +219,10 @@ def evaluate_many(jobs: list, *, objective: str = DEFAULT_OBJECTIVE, rates=None,
               for k, v in groups.items()}
     searches = [capacity_search(r, scs[0].nominal_rps, prefetch=plan[key][1],
                                 expected=expected, hint=h, points=points[key],
-                                floor=fl)
+                                floor=fl, known=kn)
                 if obj.capacity else _own_rate()
-                for (scs, _, _, key), r, h, fl in zip(prepared, rates, hints, floors)]
+                for (scs, _, _, key), r, h, fl, kn in zip(prepared, rates, hints, floors,
+                                                          known)]
     pending = {i: next(s) for i, s in enumerate(searches)}
     results: list = [None] * len(jobs)
     rnd = 0

@@ -43,10 +43,8 @@ class Repair:
             raise ValueError(f"feasibility repair: flat_tol {flat_tol!r} must be >= 0")
         self.space, self.refusal, self.deployment = space, refusal, deployment
         self.flat_tol = float(flat_tol)
-        self.calls = 0  # refusal checks asked (host side)
 
     def refused(self, theta) -> bool:
-        self.calls += 1
         params = self.space.human(self.space.to_params(theta))
         return self.refusal(self.deployment, params) is not None
 

@@ -8,7 +8,9 @@ window at the start policy's highest goodput, scored by its SLO attainment there
 share of requests meeting both SLOs, mean over the windows); the start and the
 ``evals - 1`` candidates the screen ranks highest then get the *full* evaluation, the
 training objective exactly (goodput by a search of runs to completion on every window,
-started from the start's goodput there; the mean over the windows), all in one
+started from the candidate's own screen run there, a run already made and not paid
+again, and the start's goodput there: ``known`` and ``hint`` of
+:func:`tuner.objective.capacity.capacity_search`; the mean over the windows), all in one
 lockstep (:func:`tuner.objective.evaluate.evaluate_many`), and the best full value
 wins; the start wins ties, so the result is never worse than the start on the training
 problem. Where the training objective is the count-based goodput itself (no
@@ -18,7 +20,7 @@ same search to the same resolution, reached through other rates), and only the
 finalists go into the lockstep. Every run goes through the one batched run-to-completion program per system
 that measured the start's goodput (and that validation runs): the search compiles no
 program of its own. A screen costs one run per window where a full evaluation costs
-its goodput search's (about six).
+its goodput search's (about six, fewer from the screen's run).
 
 Attainment at the start's goodput is high for every policy that serves more than the
 start, and it orders them without a ladder's cap. The screen reads the SLOs only:
@@ -73,13 +75,18 @@ class _Exact:
     any_batch = True  # screen(): the finalists and the start in one lockstep
 
     def __init__(self, prob: Problem, scenarios, objective, at=None, hints=None,
-                 floors=None):
+                 floors=None, screened: "_Exact | None" = None):
         self.space, self.system, self.objective = prob.space, prob.system, objective
+        self.at = None if at is None else [float(r) for r in at]
         self.scenarios = [sc if at is None else sc.at_rate(float(r))
                           for sc, r in zip(scenarios, at or [None] * len(scenarios))]
         self.hints, self.floors = hints, floors
         self.cost, self.runs, self.listeners = 0.0, 0, []
         self.start_value = None  # the start's value when already measured (screen())
+        # runs at a fixed rate (a screen): each policy's (rate, metrics) per scenario,
+        # which the full evaluation's searches of the same policy start from
+        self.made: dict = {}
+        self.screened = screened
 
     def value(self, theta):
         return float(self.batch([theta])[0]), {}
@@ -93,10 +100,12 @@ class _Exact:
         hints = None if self.hints is None else list(self.hints) * len(params)
         floors = None if self.floors is None else list(self.floors) * len(params)
         ms = evaluate_many(jobs, objective=self.objective.spec, hints=hints,
-                           floors=floors)
+                           floors=floors, known=self._known(params))
         vals = []
         for j, th in enumerate(thetas):
             mine = ms[j * k:(j + 1) * k]
+            if self.at is not None:
+                self.made[_key(params[j])] = list(zip(self.at, mine))
             v = float(np.mean([float(self.objective(m)) for m in mine]))
             for sc, m in zip(self.scenarios, mine):
                 cap = m.get("capacity")
@@ -108,6 +117,25 @@ class _Exact:
                 cb(self.cost, th, v)
             vals.append(v)
         return np.asarray(vals, np.float64)
+
+    def _known(self, params) -> list | None:
+        """Per job, ``{rate: metrics}`` of the screen's run of that policy on that
+        scenario (None where it was not screened), or None without a screen. Not for an
+        objective that reads the expected attainment, which a screen's metrics may
+        lack."""
+        if self.screened is None or getattr(self.objective, "needs_record", False):
+            return None
+        out = []
+        for p in params:
+            got = self.screened.made.get(_key(p))
+            out += ([None] * len(self.scenarios) if got is None else
+                    [{r: m} if "slo_attainment" in m else None for r, m in got])
+        return out
+
+
+def _key(params: dict) -> tuple:
+    return tuple(sorted((k, tuple(np.ravel(np.asarray(v, np.float64)).tolist()))
+                        for k, v in params.items()))
 
 
 def start_value(prob: Problem) -> float | None:
@@ -135,10 +163,10 @@ def screen_problems(prob: Problem, scenarios) -> tuple[_Exact, _Exact]:
         raise ValueError("screen: the objective has no rate ladder (a capacity "
                          "objective such as goodput_rps is needed)")
     at = list(g) if np.ndim(prob.rates) == 2 else [max(g)] * len(g)
-    full = _Exact(prob, scenarios, prob.objective, hints=list(g),
-                  floors=[FLOOR_SHARE * x for x in g])
-    full.start_value = start_value(prob)
     cheap = _Exact(prob, scenarios, parse_objective(SCREEN_OBJECTIVE), at=at)
+    full = _Exact(prob, scenarios, prob.objective, hints=list(g),
+                  floors=[FLOOR_SHARE * x for x in g], screened=cheap)
+    full.start_value = start_value(prob)
     return full, cheap
 
 
