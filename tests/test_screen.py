@@ -209,6 +209,25 @@ def test_the_exact_screen_and_full_values_are_runs_to_completion():
         prob.start_goodput, rel=0.03)
 
 
+def _stub_problems(needs_record=False):
+    """(full, cheap) of :func:`scr.screen_problems` on a stand-in problem: start
+    goodputs 4 and 2 req/s on two windows, one slot each, theta = the parameters."""
+    prob = type("P", (), {})()
+    prob.space = prob.system = None
+    prob.start_goodputs, prob.rates = [4.0, 2.0], np.ones((3,))
+    prob.objective = type("O", (), {"spec": "goodput_rps", "needs_record": needs_record,
+                                    "__call__": lambda self, m: m["goodput_rps"]})()
+    scs = [_Sc(), _Sc()]
+    for sc in scs:
+        sc.cfg = type("C", (), {"n_slots": 1})()
+    full, cheap = scr.screen_problems(prob, scs)
+    for sc in cheap.scenarios:
+        sc.cfg = scs[0].cfg
+    full.space = cheap.space = type("S", (), {"to_params": lambda self, th: th,
+                                              "human": lambda self, p: p})()
+    return full, cheap
+
+
 def test_full_evaluations_run_no_rate_below_a_share_of_the_start_goodput(monkeypatch):
     """The full evaluation's searches get floors at FLOOR_SHARE x the start's goodput
     on each window (every candidate, every window); the screen's runs get none."""
@@ -221,19 +240,7 @@ def test_full_evaluations_run_no_rate_below_a_share_of_the_start_goodput(monkeyp
         return [{"goodput_rps": 1.0, "slo_attainment": 1.0, "objective": 1.0,
                  "iterations": 1.0, "completed": 1.0, "unserved": 0.0} for _ in jobs]
     monkeypatch.setattr(ev, "evaluate_many", fake)
-    prob = type("P", (), {})()
-    prob.space = prob.system = None
-    prob.start_goodputs, prob.rates = [4.0, 2.0], np.ones((3,))
-    prob.objective = type("O", (), {"spec": "goodput_rps",
-                                    "__call__": lambda self, m: m["goodput_rps"]})()
-    scs = [_Sc(), _Sc()]
-    for sc in scs:
-        sc.cfg = type("C", (), {"n_slots": 1})()
-    full, cheap = scr.screen_problems(prob, scs)
-    for sc in cheap.scenarios:
-        sc.cfg = scs[0].cfg
-    full.space = cheap.space = type("S", (), {"to_params": lambda self, th: th,
-                                              "human": lambda self, p: p})()
+    full, cheap = _stub_problems()
     full.batch([{}, {}])
     cheap.batch([{}])
     share = scr.FLOOR_SHARE
@@ -256,25 +263,7 @@ def test_the_full_evaluation_of_a_screened_policy_starts_from_its_screen_runs(
                  "iterations": 1.0, "completed": 1.0, "unserved": 0.0}
                 for i, _ in enumerate(jobs)]
     monkeypatch.setattr(ev, "evaluate_many", fake)
-
-    def problems(needs_record=False):
-        prob = type("P", (), {})()
-        prob.space = prob.system = None
-        prob.start_goodputs, prob.rates = [4.0, 2.0], np.ones((3,))
-        prob.objective = type("O", (), {"spec": "goodput_rps", "needs_record":
-                                        needs_record,
-                                        "__call__": lambda self, m: m["goodput_rps"]})()
-        scs = [_Sc(), _Sc()]
-        for sc in scs:
-            sc.cfg = type("C", (), {"n_slots": 1})()
-        full, cheap = scr.screen_problems(prob, scs)
-        for sc in cheap.scenarios:
-            sc.cfg = scs[0].cfg
-        full.space = cheap.space = type("S", (), {"to_params": lambda self, th: th,
-                                                  "human": lambda self, p: p})()
-        return full, cheap
-
-    full, cheap = problems()
+    full, cheap = _stub_problems()
     cheap.batch([{"a": 1.0}, {"a": 2.0}])
     seen.clear()
     full.batch([{"a": 2.0}, {"a": 3.0}])
@@ -286,7 +275,7 @@ def test_the_full_evaluation_of_a_screened_policy_starts_from_its_screen_runs(
                                {4.0: pytest.approx({**kw["known"][1][4.0],
                                                      "slo_attainment": 0.8})}]
     assert kw["known"][2:] == [None, None]
-    full, cheap = problems(needs_record=True)
+    full, cheap = _stub_problems(needs_record=True)
     cheap.batch([{"a": 1.0}])
     seen.clear()
     full.batch([{"a": 1.0}])
