@@ -20,9 +20,13 @@ as ``tuner.fit`` splits a slice):
 - ``auto_tune``: vLLM's ``benchmarks/auto_tune`` with its own grid (``max_num_seqs`` 128,
   256 x ``max_num_batched_tokens`` 512, 1024, 2048, 4096) and its own rule for the
   memory utilisation (from 0.98 down by 0.01 until the server starts: here until the
-  system's ``refusal`` predicts no start-up failure), each setting scored by the exact
-  goodput on the training windows, the best kept (auto_tune keeps the best throughput
-  within a latency bound; the same objective for every method here);
+  system's ``refusal`` predicts no start-up failure) and its own rule for the request
+  rate (:mod:`tuner.search.auto_tune_rate`: every request at once, then from
+  int(throughput) + 1 req/s down by 1 req/s until the target attainment is met; the
+  setting with the highest throughput there kept);
+- ``grid``: the same settings, each scored by the exact goodput search on the training
+  windows, the best kept: what the grid holds at the objective's resolution (the
+  comparison this script made of auto_tune before it followed auto_tune's rate rule);
 - ``gradient``: ``tuner.search.fitting.fit``, tuner.fit's default tuner (its own budget
   of relaxed gradient steps, exact checks and exact finite differences where the
   relaxed gradient is flat), started from vLLM's defaults;
@@ -40,11 +44,11 @@ as ``tuner.fit`` splits a slice):
 
 Each method's policy is then validated in exact mode on the held-out windows x held-out
 seeds (:func:`tuner.objective.validation.validate`): the mean goodput with its 95%
-interval, and paired differences (same window, same seed) against the default and the
-auto_tune grid, with intervals. Costs: exact evaluations (a goodput search each),
-simulator runs to completion (auto_tune's) or simulated ladders (the searches'), the
-slot-iterations they simulated (the work ratio: auto_tune's over each search's), and
-the search's wall time on this machine.
+interval, and paired differences (same window, same seed) against the default,
+auto_tune and the grid, with intervals. Costs: exact evaluations (a goodput search
+each), simulator runs to completion (auto_tune's, the grid's) or simulated ladders (the
+searches'), the slot-iterations they simulated (the work and runs ratios: each
+baseline's over each search's), and the search's wall time on this machine.
 
 Then the operator's map (:mod:`experiments.engine_map`, unless ``--no-map``) around
 the better search's policy: each argument's influence (its goodput spread alone across
@@ -65,6 +69,7 @@ if __name__ == "__main__":  # progress from the first second: the imports take ~
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -114,10 +119,12 @@ CASES = (
      "Qwen3-8B on the calibrated A100 80GB, Mooncake conversation; SLOs 5x the "
      "uncontended TTFT / TPOT"),
 )
-METHODS = ("default", "auto_tune", "gradient", "guided", "cmaes", "cmaes-nogrid", "tpe",
+METHODS = ("default", "auto_tune", "grid", "gradient", "guided", "cmaes", "cmaes-nogrid", "tpe",
            "screen", "screen16")
 # started from vLLM's defaults; the black-box ones (but cmaes-nogrid) with auto_tune's
 # grid as their first generation (the screens: in their pools)
+# auto_tune as it runs, and its grid scored by the exact goodput
+BASELINES = ("auto_tune", "grid")
 SEARCHES = ("gradient", "guided", "cmaes", "cmaes-nogrid", "tpe", "screen", "screen16")
 # the screened searches: (pool, full evaluations); screen16 is fit_methods' cheaper row
 SCREENS = {"screen": (None, None), "screen16": (16, 3)}
@@ -131,10 +138,11 @@ def _log(msg: str) -> None:
 def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
              quick: bool, do_map: bool = True) -> dict:
     from models import get_system
-    from tuner.objective.evaluate import evaluate_many
+    from tuner.objective.evaluate import evaluate_many, run
     from tuner.objective.validation import (compare_paired, plan_windows, resolution,
                                             validate)
     from tuner.scenario import ScenarioSpec, build_scenario
+    from tuner.search.auto_tune_rate import auto_tune_pick, auto_tune_rates
     from tuner.search.blackbox import search_fit
     from tuner.search.screen import POOL, SCREEN_EVALS, screen_fit
     from tuner.search.fitting import FitSettings
@@ -156,32 +164,64 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
     methods = {"default": {"params": default, "exact_evaluations": 0, "runs": 0,
                            "search_wall_s": 0.0}}
 
-    # auto_tune: its grid, its utilisation rule, scored on the training windows
-    t0 = time.perf_counter()
     # auto_tune sets three arguments; every other one (block size, the long-prefill
     # threshold: vLLM's 0, off) stays at the system's default
     grid, stepped = auto_tune_grid(system, whole.deployment, default)
     if not grid:
         raise SystemExit(f"{name}: no auto_tune setting starts: {stepped}")
     train = [build_scenario(w) for w in win.train]
+    slots = train[0].cfg.n_slots
+
+    # auto_tune as it runs: its grid, its utilisation rule, its rate rule (every request
+    # at once, then int(throughput) + 1 req/s down by 1 until the target is met), the
+    # setting with the highest throughput there kept
+    t0 = time.perf_counter()
+
+    def at_rates(p, rates):  # each rate on every training window, their mean metrics
+        out = []
+        for r in rates:
+            ms = [run(sc.at_rate(r), SYSTEM, p) for sc in train]
+            out.append({k: float(np.mean([m[k] for m in ms])) for k in ms[0]})
+        return out
+
+    rules = auto_tune_rates(grid, at_rates)
+    pick = auto_tune_pick(rules)
+    methods["auto_tune"] = {
+        "params": grid[pick] if pick is not None else default,
+        "none_met": pick is None, "exact_evaluations": 0,
+        "runs": sum(r["runs"] for r in rules) * len(train),
+        "simulated_request_iterations": sum(r["iterations"] for r in rules)
+        * len(train) * slots,
+        "search_wall_s": time.perf_counter() - t0,
+        "grid": [{**g, **{k: r[k] for k in ("request_rate", "throughput_rps", "met",
+                                            "runs")}} for g, r in zip(grid, rules)],
+        "util_stepped": stepped}
+    _log(f"{name}: auto_tune keeps "
+         + (f"{grid[pick]} (rate {rules[pick]['request_rate']:g} req/s, throughput "
+            f"{rules[pick]['throughput_rps']:.4g})" if pick is not None
+            else "nothing (no setting met the target): vLLM's defaults stay")
+         + f", {methods['auto_tune']['runs']} runs, {time.perf_counter() - t0:.0f} s")
+
+    # auto_tune's grid, each setting scored by the exact goodput on the training
+    # windows (the goodput search every method here is scored by), the best kept: what
+    # the grid holds, found at the objective's resolution
+    t0 = time.perf_counter()
     res = evaluate_many([(tuple(train), SYSTEM, p) for p in grid], objective=OBJECTIVE,
                         log=_log)
     scores = [float(m["objective"]) for m in res]
     best = int(np.argmax(scores))
-    methods["auto_tune"] = {
+    methods["grid"] = {
         "params": grid[best], "exact_evaluations": len(grid),
         "runs": sum(int(m["capacity"]["runs"]) for m in res) * len(train),
         # what its runs to completion simulated, on the searches' scale (slot-iterations:
         # every iteration with work steps the whole slot table); in exact-evaluation
         # equivalents once a search has given its unit
         "simulated_request_iterations": sum(float(m["capacity"]["iterations"])
-                                            for m in res) * len(train)
-        * train[0].cfg.n_slots,
+                                            for m in res) * len(train) * slots,
         "search_wall_s": time.perf_counter() - t0,
-        "grid": [{**g, "train_goodput_rps": v} for g, v in zip(grid, scores)],
-        "util_stepped": stepped}
-    _log(f"{name}: auto_tune grid best {grid[best]} ({scores[best]:.4g} req/s on the "
-         f"training windows), {time.perf_counter() - t0:.0f} s")
+        "grid": [{**g, "train_goodput_rps": v} for g, v in zip(grid, scores)]}
+    _log(f"{name}: the grid's best by exact goodput {grid[best]} ({scores[best]:.4g} "
+         f"req/s on the training windows), {time.perf_counter() - t0:.0f} s")
 
     st = FitSettings(system=SYSTEM, objective=OBJECTIVE, seed=base.seed,
                      holdout_seeds=seeds)
@@ -234,22 +274,30 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
              f"({fit.best_exact:.4g} on training), "
              f"{methods[method]['search_wall_s']:.0f} s")
 
-    at = methods["auto_tune"]  # in the screened search's unit (the searches share it)
-    at["eval_equivalents"] = at["simulated_request_iterations"] / max(
-        methods["screen"]["unit"], 1)
-    for m in SEARCHES:  # simulated work, auto_tune's over the search's
-        methods[m]["auto_tune_work_ratio"] = at["simulated_request_iterations"] / max(
-            methods[m]["simulated_request_iterations"], 1.0)
+    for ref in BASELINES:  # in the screened search's unit (the searches share it)
+        methods[ref]["eval_equivalents"] = methods[ref]["simulated_request_iterations"] \
+            / max(methods["screen"]["unit"], 1)
+    for m in SEARCHES:  # simulated work and runs, the baseline's over the search's
+        for ref in BASELINES:
+            methods[m][f"{ref}_work_ratio"] = methods[ref][
+                "simulated_request_iterations"] / max(
+                methods[m]["simulated_request_iterations"], 1.0)
+            methods[m][f"{ref}_runs_ratio"] = methods[ref]["runs"] / max(
+                methods[m]["runs"], 1)
     t0 = time.perf_counter()
     # each held-out goodput search starts from the policy's training goodput; methods
     # that found the same setting start where the first of them does (equal policies,
     # equal runs: no difference made by the search's resolution)
     hints = {"default": methods[SEARCHES[0]]["start_goodput_rps"],
-             "auto_tune": max(scores), **{m: methods[m]["train_best"] for m in SEARCHES}}
-    first = {}
+             "auto_tune": (rules[pick]["request_rate"] if pick is not None
+                           and math.isfinite(rules[pick]["request_rate"]) else None),
+             "grid": max(scores), **{m: methods[m]["train_best"] for m in SEARCHES}}
+    first = {}  # each setting's hint: the first method's with one
     for m in METHODS:
         key = json.dumps(methods[m]["params"], sort_keys=True)
-        hints[m] = hints[first.setdefault(key, m)]
+        if first.get(key) is None:
+            first[key] = hints[m]
+        hints[m] = first[key]
     mets = validate(SYSTEM, {m: (SYSTEM, methods[m]["params"]) for m in METHODS},
                     OBJECTIVE, win, seeds, log=_log,
                     hints={m: h for m, h in hints.items() if h and h > 0})
@@ -262,7 +310,7 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
                                   "ttft_p99_s": v["ttft_p99_s"],
                                   "tpot_p99_s": v["tpot_p99_s"],
                                   "whole_slice": v["whole_trace"]["objective"]}
-        for ref in ("default", "auto_tune"):
+        for ref in ("default", *BASELINES):
             if m != ref:
                 methods[m][f"vs_{ref}"] = compare_paired(
                     v["objective_per_sample"], mets[ref]["objective_per_sample"],
@@ -348,14 +396,20 @@ def _cost(r: dict) -> str:
     return "-" if c is None else f"{c:.3g}"
 
 
-def _ratio(r: dict) -> str:
-    x = r.get("auto_tune_work_ratio")
-    return "-" if x is None else f"{x:.3g}x"
+def _ratio(r: dict, ref: str) -> str:
+    """The baseline's work and runs over the method's (``-`` for a baseline)."""
+    w, n = r.get(f"{ref}_work_ratio"), r.get(f"{ref}_runs_ratio")
+    return "-" if w is None else f"{w:.3g}x / {n:.2g}x"
+
+
+def _rate(g: dict) -> str:
+    r = g["request_rate"]
+    return "none met" if r is None else ("inf" if not math.isfinite(r) else f"{r:g}")
 
 
 def render(res: dict) -> str:
-    L = ["# Tuning vLLM's engine arguments: defaults, auto_tune's grid, gradient, guided, "
-         "CMA-ES, TPE, screened search", "",
+    L = ["# Tuning vLLM's engine arguments: defaults, auto_tune, its grid, gradient, "
+         "guided, CMA-ES, TPE, screened search", "",
          "System `vllm-v1` (max_num_seqs, max_num_batched_tokens, gpu_memory_utilization "
          "and long_prefill_token_threshold as parameters, KV capacity from vLLM's memory "
          "profile), objective goodput_rps, "
@@ -363,28 +417,36 @@ def render(res: dict) -> str:
          "windows x seeds" + (" (quick run: small slices)" if res["quick"] else "") + ".",
          "", "| case | method | max_num_seqs / batched tokens / util / long-prefill "
          "threshold | held-out goodput [95% CI] | vs default [paired CI] | vs auto_tune "
-         "[paired CI] | exact evals | cost (evals) | auto_tune's work / its | runs | "
-         "search s |",
-         "|---|---|---|---|---|---|---:|---:|---:|---:|---:|"]
+         "[paired CI] | vs grid [paired CI] | exact evals | cost (evals) | auto_tune's "
+         "work / runs over its | grid's work / runs over its | runs | search s |",
+         "|---|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for name, c in res["cases"].items():
         for m, r in c["methods"].items():
             p, h = r["params"], r["held_out"]
             vs = {ref: _vs(r[f"vs_{ref}"]) if f"vs_{ref}" in r else "-"
-                  for ref in ("default", "auto_tune")}
+                  for ref in ("default", *BASELINES)}
             L.append(f"| {name} | {m} | {p['max_num_seqs']:.0f} / "
                      f"{p['max_num_batched_tokens']:.0f} / "
                      f"{p['gpu_memory_utilization']:.3g} / {_thr(p)} | "
                      f"{h['mean']:.3f} {_ci(h['ci'])} | "
-                     f"{vs['default']} | {vs['auto_tune']} | {r['exact_evaluations']} | "
-                     f"{_cost(r)} | {_ratio(r)} | {r.get('runs', 0)} | "
+                     f"{vs['default']} | {vs['auto_tune']} | {vs['grid']} | "
+                     f"{r['exact_evaluations']} | {_cost(r)} | {_ratio(r, 'auto_tune')} | "
+                     f"{_ratio(r, 'grid')} | {r.get('runs', 0)} | "
                      f"{r['search_wall_s']:.0f} |")
     L += ["", "Goodput in req/s. Paired differences: the method minus the reference on "
           "the same held-out (window, seed) samples; `better` / `worse` where the 95% "
-          "interval excludes 0. Runs: simulator runs the search spent (auto_tune: runs "
-          "to completion of its goodput searches; the searches: fixed-horizon runs of "
-          "the rate ladder, per training window and exact evaluation, plus the runs to "
-          "completion that measured the start policy's goodput, from which the ladder "
-          "is planned; cost and work count them too). `gradient` is "
+          "interval excludes 0. `auto_tune`: vLLM's benchmarks/auto_tune as it runs "
+          "(`tuner/search/auto_tune_rate.py`): its 8 settings, each run with every "
+          "request at once, then from int(throughput) + 1 req/s down by 1 req/s until "
+          "90% of requests meet both SLOs (auto_tune's own requirement is a p99 "
+          "end-to-end latency bound), the setting with the highest throughput there "
+          "kept. `grid`: the same 8 settings, each scored by the exact goodput search "
+          "every method here is scored by (to 2%), the best kept: what the grid holds. "
+          "Runs: simulator runs to completion or fixed-horizon runs a method spent, per "
+          "training window (auto_tune: its rate rule's; grid: its goodput searches'; "
+          "the searches: the rate ladder per exact evaluation, the screens' runs, plus "
+          "the runs to completion that measured the start policy's goodput, from which "
+          "the ladder is planned; cost and work count them too). `gradient` is "
           "tuner.fit's default tuner (relaxed gradient steps besides its exact "
           "evaluations: its search seconds count them); `guided` is CMA-ES steered by "
           "the relaxed gradient, each gradient charged as exact evaluations at its "
@@ -397,18 +459,26 @@ def render(res: dict) -> str:
           "16 candidates (the grid and 8 samples) and the best 2. Cost: simulated "
           "slot-iterations (every iteration with work steps the whole slot table) in "
           "exact evaluations of the training problem (screens and gradients included; "
-          "auto_tune's runs to completion counted by the iterations they simulated). "
-          "auto_tune's work / its: auto_tune's simulated slot-iterations over the "
-          "method's. Threshold `off`: at or above the token budget, vLLM's default.", ""]
+          "runs to completion counted by the iterations they simulated). Work / runs "
+          "over its: the baseline's simulated slot-iterations and runs over the "
+          "method's. Threshold `off`: at or above the token budget, vLLM's default.",
+          ""]
     for name, c in res["cases"].items():
         L += [f"## {name}", "", f"{c['description']}; {c['windows']}; SLOs TTFT "
               f"{c['slo_s'][0]:.3g} s, TPOT {c['slo_s'][1] * 1e3:.3g} ms; validation "
               f"{c['validation_wall_s']:.0f} s; {c['sample_note'] or ''}", ""]
-        at = c["methods"]["auto_tune"]
-        L.append("auto_tune's grid on the training windows: " + ", ".join(
+        at, gr = c["methods"]["auto_tune"], c["methods"]["grid"]
+        L.append("auto_tune on the training windows (rate req/s, throughput there, runs "
+                 "per window): " + ", ".join(
+                     f"{g['max_num_seqs']:.0f}/{g['max_num_batched_tokens']:.0f}/"
+                     f"{g['gpu_memory_utilization']:g}: {_rate(g)}, "
+                     f"{g['throughput_rps']:.3g}, {g['runs']}" for g in at["grid"])
+                 + (" (none met the target: vLLM's defaults stay)" if at["none_met"]
+                    else "") + ".")
+        L.append("The grid's exact goodput on the training windows: " + ", ".join(
             f"{g['max_num_seqs']:.0f}/{g['max_num_batched_tokens']:.0f}/"
             f"{g['gpu_memory_utilization']:g}: {g['train_goodput_rps']:.3g}"
-            for g in at["grid"]) + ".")
+            for g in gr["grid"]) + ".")
         if at["util_stepped"]:
             first = next(iter(at["util_stepped"].values()))
             L.append(f"Utilisation stepped down from 0.98 for "

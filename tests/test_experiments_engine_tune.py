@@ -10,6 +10,7 @@ import pytest
 import hardware
 from experiments import engine_tune
 from models import get_system
+from tuner.search.auto_tune_rate import auto_tune_pick
 
 
 @pytest.mark.parametrize("argv, msg", [
@@ -37,14 +38,22 @@ def test_a_quick_case_validates_every_method_on_the_same_samples(tmp_path):
     d = c["methods"]["default"]
     assert (d["params"]["max_num_seqs"], d["params"]["max_num_batched_tokens"]) \
         == (1024, 8192)
-    at = c["methods"]["auto_tune"]
-    assert len(at["grid"]) == 8
-    best = max(at["grid"], key=lambda g: g["train_goodput_rps"])
-    assert {k: at["params"][k] for k in best if k != "train_goodput_rps"} == \
+    gr = c["methods"]["grid"]  # the grid's best by exact goodput
+    assert len(gr["grid"]) == 8
+    best = max(gr["grid"], key=lambda g: g["train_goodput_rps"])
+    assert {k: gr["params"][k] for k in best if k != "train_goodput_rps"} == \
         {k: v for k, v in best.items() if k != "train_goodput_rps"}
+    at = c["methods"]["auto_tune"]  # auto_tune's rate rule: its kept setting and runs
+    rule = ("request_rate", "throughput_rps", "met", "runs")
+    kept = at["grid"][auto_tune_pick(at["grid"])]
+    assert {k: at["params"][k] for k in kept if k not in rule} == \
+        {k: v for k, v in kept.items() if k not in rule}
+    assert at["runs"] == sum(g["runs"] for g in at["grid"])  # one training window
+    assert all(g["runs"] >= 2 and g["request_rate"] == int(g["request_rate"])
+               for g in at["grid"])
     n = {len(m["held_out"]["per_sample"]) for m in c["methods"].values()}
     assert n == {c["methods"]["default"]["held_out"]["n_independent"]}
-    for m in ("auto_tune", "cmaes", "tpe"):
+    for m in ("auto_tune", "grid", "cmaes", "tpe"):
         r = c["methods"][m]
         per, ref = r["held_out"]["per_sample"], d["held_out"]["per_sample"]
         assert r["vs_default"]["diff"] == pytest.approx(
@@ -52,22 +61,26 @@ def test_a_quick_case_validates_every_method_on_the_same_samples(tmp_path):
     assert "| h100-sharegpt-tpot20 | auto_tune |" in (out / "engine_tune.md").read_text()
     for m in ("cmaes", "tpe"):  # a rate ladder per window per evaluation
         assert c["methods"][m]["runs"] >= c["methods"][m]["exact_evaluations"]
-    sc = c["methods"]["screen"]  # the start and 4 in full, 32 screened
-    assert (sc["exact_evaluations"], sc["screened"]) == (5, 32)
-    assert 5 < sc["eval_equivalents"] < 5 + 32
-    assert sc["runs"] == 5 * 6 + 32  # 1 window: a 6-run ladder per full evaluation,
-    # one run per screen
-    s16 = c["methods"]["screen16"]  # the start and 2 in full, 16 screened
-    assert (s16["exact_evaluations"], s16["screened"]) == (3, 16)
-    assert s16["runs"] == 3 * 6 + 16
-    # auto_tune's work: its runs to completion's iterations x the slot table, on the
-    # screens' scale; the ratio is auto_tune's over the search's
-    assert at["simulated_request_iterations"] > at["runs"] * engine_tune.SLOTS
-    assert at["eval_equivalents"] == pytest.approx(
-        at["simulated_request_iterations"] / sc["unit"])
+    # the screens: the start's goodput searched (its runs to completion), then the
+    # best 4 (screen16: 2) in full, each search started from its own screen run
+    sc, s16 = c["methods"]["screen"], c["methods"]["screen16"]
+    for r, n_full, pool in ((sc, 4, 32), (s16, 2, 16)):
+        assert (r["exact_evaluations"], r["screened"]) == (n_full, pool)
+        assert r["start_runs"] >= 2  # the saturation run and at least one rate
+        assert r["start_runs"] + pool + n_full <= r["runs"] \
+            <= r["start_runs"] + pool + n_full * 24  # capacity_search's max_runs
+        assert n_full < r["eval_equivalents"] < n_full + pool + r["start_runs"]
+    # a baseline's work: its runs to completion's iterations x the slot table, on the
+    # screens' scale; the ratios are the baseline's over the search's
+    for b in (at, gr):
+        assert b["simulated_request_iterations"] > b["runs"] * engine_tune.SLOTS
+        assert b["eval_equivalents"] == pytest.approx(
+            b["simulated_request_iterations"] / sc["unit"])
     for r in (sc, s16):
-        assert r["auto_tune_work_ratio"] == pytest.approx(
-            at["simulated_request_iterations"] / r["simulated_request_iterations"])
+        for ref, b in (("auto_tune", at), ("grid", gr)):
+            assert r[f"{ref}_work_ratio"] == pytest.approx(
+                b["simulated_request_iterations"] / r["simulated_request_iterations"])
+            assert r[f"{ref}_runs_ratio"] == pytest.approx(b["runs"] / r["runs"])
     assert s16["auto_tune_work_ratio"] > sc["auto_tune_work_ratio"]
     mp = c["map"]
     spreads = [v["spread"] for v in mp["influence"].values()]
