@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from tuner.objective.capacity import drive
 from tuner.search.auto_tune_rate import auto_tune_pick, auto_tune_rates, rate_search
 
 
@@ -22,15 +23,13 @@ def _curve(saturation: float, crossing: float | None):
 
 
 def _drive(metrics):
-    s = rate_search()
+    """The search's result and every rate it asked for, in order."""
     asked = []
-    try:
-        rs = next(s)
-        while True:
-            asked.extend(rs)
-            rs = s.send([metrics(r) for r in rs])
-    except StopIteration as stop:
-        return stop.value, asked
+
+    def run_many(rs):
+        asked.extend(rs)
+        return [metrics(r) for r in rs]
+    return drive(rate_search(), run_many), asked
 
 
 def test_the_rate_steps_down_by_one_from_the_truncated_throughput_plus_one():
