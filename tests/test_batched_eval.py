@@ -278,7 +278,8 @@ def test_a_search_started_from_a_known_run_brackets_the_same_crossing(truth):
 
 def test_known_runs_cost_nothing_and_bad_ones_are_refused():
     """The iterations a search reports are those of the runs it made; a known run at a
-    rate that is no rate, or known runs beside a given ladder, are refused."""
+    rate that is no rate, known runs beside a given ladder, or known runs without the
+    attainment the search reads, are refused."""
     def run_at(r):
         m = _step_curve(4.0)(r)
         return {**m, "iterations": 10.0 if math.isfinite(r) else 1.0}
@@ -298,5 +299,9 @@ def test_known_runs_cost_nothing_and_bad_ones_are_refused():
             next(capacity_search(None, 1.0, known={bad: run_at(1.0)}))
     with pytest.raises(ValueError, match="no rates"):
         next(capacity_search([1.0, 2.0], 1.0, known={5.0: run_at(5.0)}))
+    with pytest.raises(ValueError, match="lack slo_attainment_expected:"):
+        next(capacity_search(None, 1.0, expected=True, known={5.0: run_at(5.0)}))
+    with pytest.raises(ValueError, match="lack slo_attainment:"):
+        next(capacity_search(None, 1.0, known={5.0: {"requests_per_s": 1.0}}))
     with pytest.raises(ValueError, match="known runs"):
         evaluate_many([(None, "paged", {})], known=[None, None])

@@ -181,6 +181,12 @@ def capacity_search(rates, nominal_rps: float, target: float = TARGET,
         if bad:
             raise ValueError(f"capacity search: known run rates {bad!r} req/s must "
                              "be > 0")
+        need_keys = ("slo_attainment", "slo_attainment_expected") if expected \
+            else ("slo_attainment",)
+        lack = sorted({k for m in runs.values() for k in need_keys if k not in m})
+        if lack:
+            raise ValueError(f"capacity search: known runs lack {', '.join(lack)}: the "
+                             "search reads it from every run")
         r0, h = max(runs), HINT_STEP
         if runs[r0]["slo_attainment"] >= target:  # the crossing lies above r0
             rates, hint = [r0, r0 * h * h], r0 * h
