@@ -4,6 +4,7 @@ before any long work (issue 28, items 13-17); and what used to be refused by mis
 distribution) now runs. Each test drives the real command (``main(argv)``)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -320,3 +321,104 @@ def test_experiments_check_their_out_folder_before_any_work(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: --out ") and "a_file" in err[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # nothing written
+
+
+# ---- output folders where no file can be created; writes that fail at the end --------
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_an_output_folder_that_passes_access_but_takes_no_file_is_refused(
+        tmp_path, capsys, monkeypatch):
+    """As root, ``os.access`` says yes to /proc (and to read-only mounts' folders); the
+    check must create a file to know, and leave nothing behind where it can."""
+    import os
+
+    from tuner.common.atomic import unwritable_reason
+
+    monkeypatch.setattr(os, "access", lambda *a, **k: True)  # root's view
+    assert "creating a file there fails" in unwritable_reason("/proc/kvtune-out")
+    assert "creating a file there fails" in unwritable_reason("/proc")
+    assert unwritable_reason(tmp_path / "new" / "deeper") is None
+    assert unwritable_reason(tmp_path) is None
+    assert list(tmp_path.iterdir()) == []  # the probe left nothing
+    assert fit_cli.main(["--quiet", "--out", "/proc/kvtune-out/policy.json",
+                         *SMALL]) == 2
+    _one_error(capsys, "--out /proc/kvtune-out/policy.json", "creating a file there fails",
+               prefix="tuner.fit:")
+
+
+@pytest.mark.parametrize("failing", ["policy", "kit"])
+def test_a_write_failing_at_the_end_is_one_line_and_leaves_nothing(
+        failing, tmp_path, capsys, monkeypatch):
+    import tuner.export.bench_dataset as bd
+    import tuner.objective.validation as val
+
+    monkeypatch.setattr(val, "validate", _stub_validate)
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(fit_cli if failing == "policy" else bd,
+                        "write_json_atomic" if failing == "policy" else "write_dataset",
+                        full)
+    trace = _long_tailed_csv(tmp_path)
+    out = tmp_path / "res" / "policy.json"
+    rc = fit_cli.main(["--trace", str(trace), "--system", "s3", "--method", "random",
+                       "--evals", "2", "--crn", "1", "--objective", "tps", "--slots",
+                       "16", "--export-anyway", "--quiet", "--out", str(out)])
+    assert rc == 2
+    what = "the policy" if failing == "policy" else "the measurement kit"
+    _one_error(capsys, f"--out {out}: writing {what}", "No space left on device",
+               "nothing written", prefix="tuner.fit:")
+    assert not out.parent.exists() or list(out.parent.iterdir()) == []
+
+
+def test_the_measure_kit_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    import tuner.export.bench_dataset as bd
+    from tuner.export.deployment import write_measure_kit
+
+    sc = build_scenario(ScenarioSpec(n_requests=20, n_slots=16, max_batch=16))
+    real, calls = bd.write_dataset, []
+
+    def second_fails(sc, path, fmt="custom", **k):
+        calls.append(fmt)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(sc, path, fmt, **k)
+    monkeypatch.setattr(bd, "write_dataset", second_fails)
+    with pytest.raises(OSError, match="No space"):
+        write_measure_kit(sc, tmp_path / "policy.json")
+    assert len(calls) == 2 and list(tmp_path.iterdir()) == []  # the first one removed
+    monkeypatch.setattr(bd, "write_dataset", real)
+    paths = write_measure_kit(sc, tmp_path / "policy.json")
+    assert len(paths) == len(bd.FORMATS) and all(p.is_file() for p in paths.values())
+
+
+def test_calibrate_write_failing_at_the_end_is_one_line(tmp_path, capsys, monkeypatch):
+    import tuner.calibrate as cal_mod
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(cal_mod, "write_json_atomic", full)
+    out = tmp_path / "res" / "a100.profile.json"
+    assert cal_cli.main(["--measured", str(_inf_run(tmp_path)), "--no-fit",
+                         "--hardware", "a100-80gb", "--slots", "32", "--out",
+                         str(out)]) == 2
+    _one_error(capsys, f"--out {out}: writing it failed", "No space left on device",
+               prefix="tuner.calibrate:")
+    assert not out.exists()
+
+
+def test_sweep_write_failing_midway_leaves_nothing(tmp_path, capsys, monkeypatch):
+    import tuner.search.pareto as pareto
+
+    real = pareto.write_bytes_atomic
+
+    def png_fails(path, data):
+        if path.name == "pareto.png":
+            raise OSError(28, "No space left on device")
+        return real(path, data)
+    monkeypatch.setattr(pareto, "write_bytes_atomic", png_fails)
+    out = tmp_path / "s"
+    assert sweep_cli.main(["--system", "paged", "--quiet", "--out", str(out),
+                           *SMALL]) == 2
+    _one_error(capsys, "No space left on device")
+    assert not out.exists() or list(out.iterdir()) == []  # sweep.json etc. removed

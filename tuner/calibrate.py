@@ -176,7 +176,12 @@ def main(argv=None) -> int:
                               "max_num_batched_tokens": sc0.spec.max_prefill,
                               "max_num_seqs": sc0.spec.max_batch},
                    "report": report}
-        write_json_atomic(args.out, plain(profile), sort_keys=False, indent=1)
+        try:  # checked before the work; a full disk can still refuse it
+            write_json_atomic(args.out, plain(profile), sort_keys=False, indent=1)
+        except OSError as e:
+            print(f"tuner.calibrate: error: --out {args.out}: writing it failed "
+                  f"({e.strerror or e}); nothing written", file=sys.stderr)
+            return 2
         print(f"tuner.calibrate: wrote {args.out}", file=sys.stderr)
     if args.json:
         print(json.dumps(plain(_flat(report) if args.no_fit else report), indent=1))

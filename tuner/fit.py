@@ -288,7 +288,12 @@ def _logged(args, t0: float) -> int:
         if not prov:
             from tuner.common.provenance import provenance
             prov.update(provenance(_command(argv)))
-        write_text_atomic(args.log, _log_text(prov, copy.getvalue()))
+        try:
+            write_text_atomic(args.log, _log_text(prov, copy.getvalue()))
+        except OSError as e:
+            print(f"error: --log {args.log}: writing it failed ({e.strerror or e})"
+                  + (f"; {args.out} was written" if rc == 0 else ""), file=sys.stderr)
+            return 2
         print(f"wrote {args.log}", file=sys.stderr)
     return rc
 
@@ -580,12 +585,31 @@ def _main(args, t0: float, provenance_out: dict | None = None,
         deployment=describe(sc, args.system, res.params, policy_path=out),
         verdict=ver, provenance=prov, wall_s=round(time.perf_counter() - t0, 3))
     print(f"fit wall time {doc['wall_s']:.1f} s; {_programs(args)}")
-    write_measure_kit(sc, out, formats=("custom",))  # the dataset the bench command reads
-    write_json_atomic(out, doc)
+    why = _write_outputs(sc, out, doc, write_measure_kit)
+    if why:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     ckpt.unlink(missing_ok=True)
     print(f"wrote {out}" + (" (--export-anyway: the verdict above stands)"
                             if ver["outcome"] in EXIT_CODES else ""))
     return 0
+
+
+def _write_outputs(sc, out: Path, doc: dict, write_kit) -> str | None:
+    """Write the measurement kit's dataset (what the printed bench command reads) and
+    then the policy; None, or one line naming the file that could not be written (the
+    kit is removed again then: all or nothing). The checks before the work make this
+    rare (a full disk, a folder removed meanwhile)."""
+    kit, what = {}, "the measurement kit's dataset beside it"
+    try:
+        kit = write_kit(sc, out, formats=("custom",))
+        what = "the policy"
+        write_json_atomic(out, doc)
+    except OSError as e:
+        for p in kit.values():
+            Path(p).unlink(missing_ok=True)
+        return f"--out {out}: writing {what} failed ({e.strerror or e}); nothing written"
+    return None
 
 
 if __name__ == "__main__":

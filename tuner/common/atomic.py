@@ -83,9 +83,11 @@ def savefig_atomic(fig, path, **kw) -> Path:
 
 
 def unwritable_reason(d) -> str | None:
-    """None when folder ``d`` is (or can be made) writable; else why not. Creates
-    nothing: the nearest existing ancestor must be a writable folder (check an output
-    folder before long work starts)."""
+    """None when folder ``d`` is (or can be made) writable; else why not. Leaves
+    nothing behind: the nearest existing ancestor must be a folder where a file can be
+    created (check an output folder before long work starts). Permission bits are not
+    enough: root passes ``os.access`` on a read-only mount's or ``/proc``'s folders, so
+    a temporary file is created there and removed."""
     import os
     from pathlib import Path
 
@@ -93,11 +95,23 @@ def unwritable_reason(d) -> str | None:
     if d.exists():
         if not d.is_dir():
             return "exists and is not a directory"
-        return None if os.access(d, os.W_OK | os.X_OK) else "is not writable"
+        return _probe(d, "is not writable")
     p = d.parent
     while not p.exists():
         p = p.parent
     if not p.is_dir():
         return f"{p} is not a directory"
-    return None if os.access(p, os.W_OK | os.X_OK) else \
-        f"cannot be created ({p} is not writable)"
+    return _probe(p, f"cannot be created ({p} is not writable)")
+
+
+def _probe(folder: Path, why: str) -> str | None:
+    """None when a file can be created in ``folder`` (one is, then removed), else
+    ``why`` with the system's reason."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return why
+    try:
+        with tempfile.TemporaryFile(dir=folder, prefix=".probe."):
+            pass
+    except OSError as e:
+        return f"{why}: creating a file there fails ({e.strerror or e})"
+    return None

@@ -253,12 +253,20 @@ def write_measure_kit(sc: Scenario, policy_path,
                       formats=tuple(bd.FORMATS)) -> dict:
     """Write the dataset files of :func:`measure` beside ``policy_path``
     (``<stem>.dataset.jsonl``, ``<stem>.trace.jsonl``, ``<stem>.burstgpt.csv`` for the
-    default ``formats``), each atomically; ``{format: path}``."""
+    default ``formats``), each atomically; ``{format: path}``. All or nothing: when
+    one fails, those already written are removed before the error is raised."""
     policy_path = Path(policy_path)
     stem = _stem(policy_path)
-    return {fmt: bd.write_dataset(
+    done: dict = {}
+    try:
+        for fmt in formats:
+            done[fmt] = bd.write_dataset(
                 sc, policy_path.with_name(stem + bd.FORMATS[fmt].suffix), fmt)
-            for fmt in formats}
+    except BaseException:
+        for path in done.values():
+            Path(path).unlink(missing_ok=True)
+        raise
+    return done
 
 
 def engine_scenario(sc: Scenario, params: dict) -> Scenario:

@@ -196,7 +196,7 @@ def write_outputs(out_dir, rows: list[dict], meta: dict,
                   provenance: dict | None = None) -> list[Path]:
     """Write sweep.json, sweep.csv, sweep.md, pareto.png: all four are rendered to bytes
     first, so a failure while rendering writes nothing; then each is written
-    atomically. ``provenance`` (``tuner.common.provenance.provenance()``) goes into
+    atomically, and a failure while writing removes those already written. ``provenance`` (``tuner.common.provenance.provenance()``) goes into
     sweep.json's top level."""
     out = Path(out_dir)
     prov = {} if provenance is None else {"provenance": provenance}
@@ -209,4 +209,12 @@ def write_outputs(out_dir, rows: list[dict], meta: dict,
     png = io.BytesIO()
     plot_pareto(rows, png, title=f"{meta.get('system', '')} sweep")
     data["pareto.png"] = png.getvalue()
-    return [write_bytes_atomic(out / name, b) for name, b in data.items()]
+    done: list[Path] = []
+    try:  # all or nothing: what was written is removed when a later file fails
+        for name, b in data.items():
+            done.append(write_bytes_atomic(out / name, b))
+    except BaseException:
+        for path in done:
+            path.unlink(missing_ok=True)
+        raise
+    return done
