@@ -15,6 +15,11 @@ problem's scenarios) of one system's policy with many interacting parameters:
   length predictions and the trace's arrivals are replayed, so a seed alone would not
   change its workload: seed ``s`` takes the trace's ``s``-th window of ``n_requests``
   (``seed_windows``).
+* ``engine-fleet``: vLLM V1's engine arguments for each replica of a heterogeneous
+  fleet (an H100 and an A100 80GB, each serving ShareGPT and the Azure conversation
+  trace: 4 replicas, d = 16; ``FitSettings.fleet``), each replica from its device's
+  defaults; the objective the mean of the replicas' goodputs (the fleet's goodput / 4
+  under routing by capacity). Not in the default run.
 * ``odma``: the paper's 6 parameters (the low-dimensional reference; not in the default
   run: ``experiments/results/bench_tuners_odma6.md`` holds its figures).
 

@@ -108,3 +108,17 @@ def test_a_fleet_refusal_is_repaired_on_the_replica_refused(replicas):
 def test_a_fleet_needs_one_seed_per_replica():
     with pytest.raises(ValueError, match="fleet"):
         fitting.FitSettings(fleet=True, crn=2).check()
+
+
+def test_the_engine_fleet_problem_is_four_replicas_each_with_its_own_policy():
+    """bench_tuners' engine-fleet: one scenario per (device, trace), seed s the s-th
+    window of each, and fit settings with one policy per replica."""
+    from experiments.bench_tuners import PROBLEMS, BenchConfig, _settings
+
+    pb, cfg = PROBLEMS["engine-fleet"], BenchConfig(problems=("engine-fleet",))
+    specs = pb.specs(cfg, 2)
+    assert [(s.hardware, s.trace) for s in specs] == [
+        ("h100-80gb", "sharegpt"), ("h100-80gb", "azure-conv"),
+        ("a100-80gb", "sharegpt"), ("a100-80gb", "azure-conv")]
+    assert all(s.offset == 2 * s.n_requests for s in specs)
+    assert _settings(cfg, pb, 2).fleet and not _settings(cfg, PROBLEMS["engine"], 2).fleet
