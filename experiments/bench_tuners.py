@@ -15,6 +15,11 @@ problem's scenarios) of one system's policy with many interacting parameters:
   length predictions and the trace's arrivals are replayed, so a seed alone would not
   change its workload: seed ``s`` takes the trace's ``s``-th window of ``n_requests``
   (``seed_windows``).
+* ``engine-fleet``: vLLM V1's engine arguments for each replica of a heterogeneous
+  fleet (an H100 and an A100 80GB, each serving ShareGPT and the Azure conversation
+  trace: 4 replicas, d = 16; ``FitSettings.fleet``), each replica from its device's
+  defaults; the objective the mean of the replicas' goodputs (the fleet's goodput / 4
+  under routing by capacity). Not in the default run.
 * ``odma``: the paper's 6 parameters (the low-dimensional reference; not in the default
   run: ``experiments/results/bench_tuners_odma6.md`` holds its figures).
 
@@ -86,6 +91,9 @@ class TuneProblem:
     # for a system whose workload the seed does not otherwise change (no length
     # predictions read, the trace's own arrival times)
     seed_windows: bool = False
+    # one policy per scenario (a fleet's replicas, FitSettings.fleet): d = the system's
+    # parameters x the scenarios
+    fleet: bool = False
 
     def specs(self, cfg: "BenchConfig", seed: int) -> list:
         from tuner.scenario import ScenarioSpec
@@ -124,6 +132,19 @@ PROBLEMS = {p.name: p for p in (
                       "scheduler": "chunked", "n_slots": 512, "max_len": None,
                       "ttft_slo_s": 1.0, "tpot_slo_s": 0.02},
                 seed_windows=True),
+    # a heterogeneous fleet: vLLM V1 on an H100 and an A100 80GB, each serving ShareGPT
+    # and the Azure conversation trace (4 replicas), each replica its own engine
+    # arguments (d = 4 x 4 = 16); the objective the mean of the replicas' goodputs (the
+    # fleet's goodput / 4 where a router splits traffic by capacity); seed s: the
+    # traces' s-th window
+    TuneProblem("engine-fleet", "vllm-v1",
+                "vLLM V1's engine arguments per replica of a 4-replica fleet (H100, "
+                "A100 x ShareGPT, Azure conversation); seed s: the s-th window",
+                traces=("sharegpt", "azure-conv"), hardware=("h100-80gb", "a100-80gb"),
+                spec={"model": "qwen3-8b", "tp": 1, "n_requests": 300,
+                      "scheduler": "chunked", "n_slots": 512, "max_len": None,
+                      "ttft_slo_s": 1.0, "tpot_slo_s": 0.02},
+                seed_windows=True, fleet=True),
 )}
 
 
@@ -166,7 +187,7 @@ QUICK = BenchConfig(problems=("odma-16",), seeds=2, n_requests=40, n_slots=16, c
 def _settings(cfg: BenchConfig, pb: TuneProblem, seed: int, **over):
     from tuner.search.fitting import FitSettings
 
-    return FitSettings(system=pb.system, objective=cfg.objective, margin=cfg.margin,
+    return FitSettings(system=pb.system, fleet=pb.fleet, objective=cfg.objective, margin=cfg.margin,
                        budget=cfg.grad_steps, crn=cfg.crn, check_every=cfg.check_every,
                        check_dirs=cfg.check_dirs, box=cfg.box, seed=seed,
                        fd_step=cfg.fd_step, temperatures=tuple(cfg.temperatures),

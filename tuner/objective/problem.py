@@ -93,11 +93,13 @@ def plan_ladder(scenarios: list[Scenario], system: str, params: dict,
     ``around[0] * g .. around[1] * g`` per scenario ([S, K]); horizon 1.25 x the most
     iterations any scenario needs at its goodput, at most ``HORIZON_CAP`` x its
     saturation run's (lower rungs are cut short and judged on
-    the requests already due, see ``models.outcomes``).
+    the requests already due, see ``models.outcomes``). ``params``: one policy, or a
+    list of one per scenario (a fleet's replicas).
     Returns (rates, n_steps, each scenario's exact capacity metrics)."""
     from tuner.objective.evaluate import evaluate_many
 
-    caps = evaluate_many([(sc, system, params) for sc in scenarios],
+    each = params if isinstance(params, (list, tuple)) else [params] * len(scenarios)
+    caps = evaluate_many([(sc, system, p) for sc, p in zip(scenarios, each)],
                          objective="goodput_rps", fill_lanes=True)
     g = np.array([c["goodput_rps"] for c in caps])
     lo, hi, n = around
@@ -125,7 +127,9 @@ def _value_impl(theta, t, base, inputs, hw, lad, *, space, opts, n_steps, object
     # when one shared row cannot bracket every scenario's goodput (plan_ladder)
     hw_axis = 0 if np.ndim(jax.tree.leaves(hw)[0]) else None
     rate_axis = 0 if lad.rates.ndim == 2 else None
-    lv, v, m = jax.vmap(one, in_axes=(None, 0, hw_axis, rate_axis, 0))(
+    # a fleet's space: one policy per scenario (a replica each)
+    p_axis = 0 if space.replicas else None
+    lv, v, m = jax.vmap(one, in_axes=(p_axis, 0, hw_axis, rate_axis, 0))(
         space.to_params(theta, base), inputs, hw, lad.rates, lad.nominal)
     return jnp.mean(lv), (jnp.mean(v), jax.tree.map(jnp.mean, m))
 
@@ -175,6 +179,10 @@ class Problem:
         self.n_steps, self.n_crn, self.n_slots = n_steps, len(scenarios), sc.cfg.n_slots
         # the deployment (vLLM's memory profile), for start-up checks on the host
         self.deployment = getattr(sc, "deployment", None)
+        self.deployments = [getattr(s, "deployment", None) for s in scenarios]
+        if space.replicas and space.replicas != len(scenarios):
+            raise ValueError(f"a fleet space of {space.replicas} replicas for "
+                             f"{len(scenarios)} scenarios: one replica per scenario")
         self.cost = 0.0  # simulated request-iterations spent (slots x iterations)
         # the start policy's exact goodput on the scenarios (mean), and the runs to
         # completion and simulated slot-iterations it took (set by whoever ran it:

@@ -5,10 +5,16 @@ The optimiser works on ``theta`` (a dict of float32 arrays, any real values);
 (ordered quantile levels in (0, 1), intervals, positive sizes) by the transforms of the
 domain table ``models.domains``; ``to_theta`` inverts it.
 Fixed (non-tunable) parameters pass through unchanged.
+
+A *fleet* space (base parameters given as a list, one dict per replica) holds one
+policy per replica: every leaf of ``theta`` and of the parameters gains a leading axis
+of the replicas (the scenarios of a problem, one replica each), and the transforms map
+each replica's slice alone.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -21,7 +27,7 @@ __all__ = ["Space"]
 class Space:
     """Transforms between ``theta`` and the physical parameters of one system."""
 
-    def __init__(self, spec: SystemSpec, base_params: dict, names=None):
+    def __init__(self, spec: SystemSpec, base_params, names=None):
         tunable = [p for p in spec.tunable() if names is None or p.name in names]
         if names is not None:
             unknown = set(names) - {p.name for p in spec.tunable()}
@@ -29,11 +35,23 @@ class Space:
                 raise ValueError(f"{spec.name}: not tunable: {sorted(unknown)}")
         self.spec = spec
         self.params = {p.name: p for p in tunable}
-        self.base = {k: jnp.asarray(v, jnp.float32) for k, v in base_params.items()}
+        # replicas: 0 for one policy; R for a fleet (one policy per replica)
+        if isinstance(base_params, (list, tuple)):
+            if not base_params:
+                raise ValueError(f"{spec.name}: a fleet space needs >= 1 replica")
+            keys = set(base_params[0])
+            if any(set(b) != keys for b in base_params[1:]):
+                raise ValueError(f"{spec.name}: the replicas' parameters differ in names")
+            self.replicas = len(base_params)
+            self.base = {k: jnp.stack([jnp.asarray(b[k], jnp.float32)
+                                       for b in base_params]) for k in base_params[0]}
+        else:
+            self.replicas = 0
+            self.base = {k: jnp.asarray(v, jnp.float32) for k, v in base_params.items()}
 
     def _key(self):
-        return (self.spec.name, tuple((n, p.domain, p.lower, p.upper)
-                                      for n, p in self.params.items()))
+        return (self.spec.name, self.replicas,
+                tuple((n, p.domain, p.lower, p.upper) for n, p in self.params.items()))
 
     def __hash__(self):  # hashable by structure: a static argument of jitted functions
         return hash(self._key())
@@ -54,10 +72,13 @@ class Space:
         return dom
 
     def _fwd(self, p, z):
-        return self._domain(p).fwd(z, p)
+        fwd = self._domain(p).fwd
+        return jax.vmap(lambda zi: fwd(zi, p))(z) if self.replicas else fwd(z, p)
 
     def _inv(self, p, x):
-        return self._domain(p).inv(jnp.asarray(x, jnp.float32), p)
+        inv = self._domain(p).inv
+        x = jnp.asarray(x, jnp.float32)
+        return jax.vmap(lambda xi: inv(xi, p))(x) if self.replicas else inv(x, p)
 
     def to_params(self, theta: dict, base: dict | None = None) -> dict:
         """Physical parameters: tuned ones from ``theta``, the rest from ``base``."""
@@ -75,5 +96,13 @@ class Space:
         return [(n, i) for n in self.names for i in range(int(np.size(self.base[n])))]
 
     def human(self, params: dict) -> dict:
-        """Plain Python values for export (lists for vectors)."""
+        """Plain Python values for export (lists for vectors; a fleet's: one entry per
+        replica first)."""
         return {k: np.asarray(v).tolist() for k, v in params.items()}
+
+    def replica(self, params: dict, i: int) -> dict:
+        """Replica ``i``'s parameters (plain values) of a fleet's ``params``; the
+        parameters themselves for one policy."""
+        if not self.replicas:
+            return self.human(params)
+        return {k: np.asarray(v)[i].tolist() for k, v in params.items()}

@@ -33,20 +33,35 @@ BISECTIONS = 8  # the boundary to 1/256 of the last bracket
 
 
 class Repair:
-    """The repair of one system on one deployment (see the module). Calling it with
-    ``(theta, grad)`` returns ``(theta, moved)``: ``theta`` unchanged and ``moved`` empty
-    where the system starts there or no flat coordinate alone makes it start; else the
-    repaired theta and ``[(name, index, delta)]`` of the one coordinate moved."""
+    """The repair of one system on one deployment, or on each replica's of a fleet
+    (``deployment`` a list, one per replica of a fleet space; see the module). Calling
+    it with ``(theta, grad)`` returns ``(theta, moved)``: ``theta`` unchanged and
+    ``moved`` empty where the system starts there or no flat coordinate alone makes it
+    start; else the repaired theta and ``[(name, index, delta)]`` of the coordinates
+    moved (a fleet: at most one per refused replica, among that replica's own)."""
 
     def __init__(self, space, refusal, deployment, flat_tol: float = FLAT_TOL):
         if not flat_tol >= 0:
             raise ValueError(f"feasibility repair: flat_tol {flat_tol!r} must be >= 0")
-        self.space, self.refusal, self.deployment = space, refusal, deployment
+        self.space, self.refusal = space, refusal
+        self.deployments = (list(deployment) if isinstance(deployment, (list, tuple))
+                            else [deployment])
+        n = max(1, getattr(space, "replicas", 0))
+        if len(self.deployments) != n:
+            raise ValueError(f"feasibility repair: {len(self.deployments)} deployments "
+                             f"for {n} replicas")
         self.flat_tol = float(flat_tol)
 
+    def _refused(self, theta, r: int) -> bool:
+        params = self.space.to_params(theta)
+        if getattr(self.space, "replicas", 0):
+            params = self.space.replica(params, r)
+        else:
+            params = self.space.human(params)
+        return self.refusal(self.deployments[r], params) is not None
+
     def refused(self, theta) -> bool:
-        params = self.space.human(self.space.to_params(theta))
-        return self.refusal(self.deployment, params) is not None
+        return any(self._refused(theta, r) for r in range(len(self.deployments)))
 
     @staticmethod
     def _moved(theta, name, i, delta):
@@ -55,15 +70,15 @@ class Repair:
         flat[i] += delta
         return {**theta, name: jnp.asarray(flat.reshape(x.shape), jnp.float32)}
 
-    def _distance(self, theta, name, i, sign) -> float | None:
-        """The least theta distance along ``sign`` that starts, or None."""
+    def _distance(self, theta, name, i, sign, r: int) -> float | None:
+        """The least theta distance along ``sign`` that starts replica ``r``, or None."""
         lo = 0.0
         for d in DISTANCES:
-            if not self.refused(self._moved(theta, name, i, sign * d)):
+            if not self._refused(self._moved(theta, name, i, sign * d), r):
                 hi = d
                 for _ in range(BISECTIONS):
                     mid = 0.5 * (lo + hi)
-                    if self.refused(self._moved(theta, name, i, sign * mid)):
+                    if self._refused(self._moved(theta, name, i, sign * mid), r):
                         lo = mid
                     else:
                         hi = mid
@@ -71,31 +86,43 @@ class Repair:
             lo = d
         return None
 
+    def _owner(self, name: str, i: int) -> int:
+        """The replica coordinate ``(name, i)`` belongs to (0 for one policy)."""
+        n = len(self.deployments)
+        return i // max(1, int(np.size(self.space.base[name])) // n) if n > 1 else 0
+
     def __call__(self, theta, grad) -> tuple[dict, list]:
-        if not self.refused(theta):
+        refused = [r for r in range(len(self.deployments)) if self._refused(theta, r)]
+        if not refused:
             return theta, []
         coords = self.space.coords()
         mags = {c: abs(float(np.asarray(grad[c[0]]).reshape(-1)[c[1]])) for c in coords}
         top = max(mags.values(), default=0.0)
         if not np.isfinite(top):
             return theta, []
-        best = None
-        for (name, i), m in mags.items():
-            if m > self.flat_tol * top:
-                continue
-            for sign in (-1.0, 1.0):
-                d = self._distance(theta, name, i, sign)
-                if d is not None and (best is None or d < best[0]):
-                    best = (d, name, i, sign)
-        if best is None:
-            return theta, []
-        d, name, i, sign = best
-        return self._moved(theta, name, i, sign * d), [(name, i, sign * d)]
+        moved = []
+        for r in refused:
+            best = None
+            for (name, i), m in mags.items():
+                if m > self.flat_tol * top or self._owner(name, i) != r:
+                    continue
+                for sign in (-1.0, 1.0):
+                    d = self._distance(theta, name, i, sign, r)
+                    if d is not None and (best is None or d < best[0]):
+                        best = (d, name, i, sign)
+            if best is not None:
+                d, name, i, sign = best
+                theta = self._moved(theta, name, i, sign * d)
+                moved.append((name, i, sign * d))
+        return theta, moved
 
 
 def for_problem(prob, system) -> Repair | None:
-    """The repair of ``prob`` (a training problem; its ``deployment``) for ``system``
-    (a ``SystemSpec``), or None where the system predicts no refusal."""
+    """The repair of ``prob`` (a training problem; its ``deployment``, or a fleet's
+    ``deployments``) for ``system`` (a ``SystemSpec``), or None where the system
+    predicts no refusal."""
     if system.refusal is None or getattr(prob, "deployment", None) is None:
         return None
+    if getattr(prob.space, "replicas", 0):
+        return Repair(prob.space, system.refusal, prob.deployments)
     return Repair(prob.space, system.refusal, prob.deployment)

@@ -83,6 +83,8 @@ class FitSettings:
     start: dict = field(default_factory=dict)  # starting params (default: the paper's)
     repair: bool = True           # a step the system refuses to start moves its flat
                                   # coordinates until it starts (tuner.search.feasible)
+    fleet: bool = False           # one policy per training scenario (a fleet's
+                                  # replicas, each started from its own defaults)
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -100,7 +102,9 @@ class FitSettings:
                  ("explore", self.explore >= 0, ">= 0"), ("box", self.box > 0, "> 0"),
                  ("checkpoint_every", self.checkpoint_every >= 1, ">= 1"),
                  ("temperatures", len(self.temperatures) > 0
-                  and all(t > 0 for t in self.temperatures), "non-empty, all > 0"))
+                  and all(t > 0 for t in self.temperatures), "non-empty, all > 0"),
+                 ("fleet", not self.fleet or self.crn == 1,
+                  "False with crn > 1 (a replica per scenario)"))
         for name, ok, want in rules:
             if not ok:
                 raise ValueError(f"fit setting {name}={getattr(self, name)!r}: must be {want}")
@@ -268,10 +272,18 @@ def build_problem(spec, st: FitSettings, log=lambda s: None,
     if len({s.cfg.max_len for s in scs}) > 1:
         raise ValueError("training windows differ in max_len; give --max-len")
     max_len = scs[0].cfg.max_len
-    default = validate_params(sys_spec, {}, max_len, scs[0].hw,
-                              scs[0].deployment)
-    start = validate_params(sys_spec, st.start, max_len, scs[0].hw,
-                            scs[0].deployment)
+    if st.fleet:  # each replica from its own device's defaults
+        defaults = [validate_params(sys_spec, {}, max_len, sc.hw, sc.deployment)
+                    for sc in scs]
+        start = [validate_params(sys_spec, st.start, max_len, sc.hw, sc.deployment)
+                 for sc in scs]
+        default = {k: np.stack([np.asarray(d[k], np.float32) for d in defaults])
+                   for k in defaults[0]}
+    else:
+        default = validate_params(sys_spec, {}, max_len, scs[0].hw,
+                                  scs[0].deployment)
+        start = validate_params(sys_spec, st.start, max_len, scs[0].hw,
+                                scs[0].deployment)
     space = Space(sys_spec, start)
     if not space.names:
         raise ValueError(f"system {st.system!r} has no gradient-tunable parameters")
@@ -295,7 +307,7 @@ def build_problem(spec, st: FitSettings, log=lambda s: None,
                 warn(finite_window(sc, c))
                 break
     else:
-        n_steps, m = _n_steps(scs[0], st.system, start)
+        n_steps, m = _n_steps(scs[0], st.system, start[0] if st.fleet else start)
         if m["queue_delay_mean_s"] > 10 * scs[0].slo["ttft_s"]:
             warn(f"the server is overloaded at the trace's own arrival times: mean "
                  f"queueing delay {m['queue_delay_mean_s']:.4g} s (TTFT SLO "
