@@ -138,7 +138,7 @@ def _log(msg: str) -> None:
 def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
              quick: bool, do_map: bool = True) -> dict:
     from models import get_system
-    from tuner.objective.evaluate import evaluate_many, run
+    from tuner.objective.evaluate import evaluate_many, mean_metrics, run
     from tuner.objective.validation import (compare_paired, plan_windows, resolution,
                                             validate)
     from tuner.scenario import ScenarioSpec, build_scenario
@@ -180,8 +180,7 @@ def run_case(name: str, fields: dict, evals: int, windows: int, seeds: int,
     def at_rates(p, rates):  # each rate on every training window, their mean metrics
         out = []
         for r in rates:
-            ms = [run(sc.at_rate(r), SYSTEM, p) for sc in train]
-            out.append({k: float(np.mean([m[k] for m in ms])) for k in ms[0]})
+            out.append(mean_metrics([run(sc.at_rate(r), SYSTEM, p) for sc in train]))
         return out
 
     rules = auto_tune_rates(grid, at_rates)

@@ -27,13 +27,12 @@ if __name__ == "__main__":
     print("experiments.grad_scale: starting", file=sys.stderr, flush=True)
 
 import argparse  # noqa: E402
-import math  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from experiments.results_io import write_result  # noqa: E402
+from experiments.results_io import positive_floats, write_result  # noqa: E402
 from tuner.common.atomic import unwritable_reason  # noqa: E402
 
 __all__ = ["STEPS", "TEMPERATURES", "main", "measure", "render"]
@@ -65,16 +64,6 @@ def measure(prob, theta, steps=STEPS, temperatures=TEMPERATURES, log=print) -> l
                                                        exact[h][(n, i)])
                                     for h in steps} for t in temperatures}}
             for n, i in coords]
-
-
-def _numbers(text: str, flag: str) -> tuple[float, ...]:
-    try:
-        v = tuple(float(x) for x in str(text).split(",") if x.strip())
-    except ValueError:
-        v = ()
-    if not v or not all(math.isfinite(x) and x > 0 for x in v):
-        raise ValueError(f"{flag} {text!r}: a comma-separated list of finite numbers > 0")
-    return v
 
 
 def render(res: dict) -> str:
@@ -126,8 +115,8 @@ def main(argv=None) -> int:
             raise ValueError(f"--problem {args.problem!r}: one of {', '.join(PROBLEMS)}")
         if args.seed < 0:
             raise ValueError(f"--seed {args.seed}: must be >= 0")
-        steps = _numbers(args.steps, "--steps")
-        temps = _numbers(args.temperatures, "--temperatures")
+        steps = positive_floats("--steps", args.steps)
+        temps = positive_floats("--temperatures", args.temperatures)
         why = unwritable_reason(args.out)
         if why:
             raise ValueError(f"--out {args.out}: {why}")

@@ -8,13 +8,15 @@ metadata. ``python -m experiments.stale`` reads them back.
 
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 from typing import Callable
 
 from tuner.common.atomic import write_json_atomic, write_text_atomic
 from tuner.common.provenance import provenance, stamp_text
 
-__all__ = ["pick_cases", "positive_ints", "stamped", "stamp_markdown", "png_metadata",
+__all__ = ["pick_cases", "positive_floats", "positive_ints", "stamped", "stamp_markdown", "png_metadata",
            "provenance", "stamp_text", "write_result"]
 
 
@@ -53,6 +55,18 @@ def pick_cases(text: str, known) -> list[str]:
     if bad or not names:
         raise ValueError(f"--cases: unknown {bad or 'empty'}; cases: {', '.join(known)}")
     return names
+
+
+def positive_floats(flag: str, text: str) -> tuple[float, ...]:
+    """A comma-separated list of finite numbers > 0 given to ``flag``; ValueError
+    naming the flag otherwise."""
+    try:
+        v = tuple(float(x) for x in str(text).split(",") if x.strip())
+    except ValueError:
+        v = ()
+    if not v or not all(math.isfinite(x) and x > 0 for x in v):
+        raise ValueError(f"{flag} {text!r}: a comma-separated list of finite numbers > 0")
+    return v
 
 
 def positive_ints(flag: str, text: str) -> list[int]:

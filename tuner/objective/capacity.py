@@ -213,6 +213,10 @@ def capacity_search(rates, nominal_rps: float, target: float = TARGET,
     fresh = [r for r in rates if r not in runs]
     yield from need((rates if prefetch else fresh[:points]) + [math.inf])
 
+    def below_floor(lo, hi):
+        """Nothing within the target down to the floor: the search stops there."""
+        return floor is not None and lo == 0.0 and hi is not None and hi <= floor
+
     def root(key, rtol):
         """(goodput, lo, hi, rates read) of the first crossing of ``key``."""
         used = set()
@@ -241,7 +245,7 @@ def capacity_search(rates, nominal_rps: float, target: float = TARGET,
             f = f * f if hint is not None else f
         f = step
         while (lo == 0.0 and hi is not None and len(used) < max_runs // 2
-               and not (floor is not None and hi <= floor)):  # below it, to the floor
+               and not below_floor(lo, hi)):  # below it, to the floor
             downs = [hi / f ** j for j in range(1, points + 1)]
             if floor is not None:
                 downs = sorted({max(r, floor) for r in downs}, reverse=True)
@@ -274,8 +278,7 @@ def capacity_search(rates, nominal_rps: float, target: float = TARGET,
     cap = {"bracket_rps": [lo, hi], "saturation_iterations": sat.get("iterations"),
            "rungs": {f"{r:.6g}": runs[r]["slo_attainment"] for r in sorted(used)},
            "limited": hi is not None, "hint_rps": hint, "floor_rps": floor,
-           "below_floor": bool(floor is not None and lo == 0.0 and hi is not None
-                               and hi <= floor)}
+           "below_floor": below_floor(lo, hi)}
     if expected:
         good_e, lo_e, hi_e, used_e = yield from root("slo_attainment_expected",
                                                      min(rtol, RTOL_EXPECTED))

@@ -24,7 +24,7 @@ from tuner.objective.objectives import DEFAULT_OBJECTIVE, parse_objective
 from tuner.scenario import Scenario
 
 __all__ = ["CPU_LANES", "MAX_LANES", "compile_ahead", "evaluate", "evaluate_many",
-           "lane_width", "run"]
+           "lane_width", "mean_metrics", "run"]
 
 MAX_LANES = 32  # runs per batched call at most (memory grows with the lanes)
 # on a CPU backend every batched call has this many lanes: on 2 cores a call of 4 lanes
@@ -109,8 +109,9 @@ def _run_group(runs: list, lanes: int) -> list[dict]:
     return out
 
 
-def _mean(ms: list[dict]) -> dict:
-    """Metrics averaged over a job's workload realisations (each metric's mean)."""
+def mean_metrics(ms: list[dict]) -> dict:
+    """Metrics averaged over runs (a job's workload realisations, or training windows):
+    each metric's mean; one run's metrics as they are."""
     if len(ms) == 1:
         return ms[0]
     return {k: float(np.mean([m[k] for m in ms])) for k in ms[0]}
@@ -243,7 +244,7 @@ def evaluate_many(jobs: list, *, objective: str = DEFAULT_OBJECTIVE, rates=None,
             for (i, r, _), m in zip(mine, _run_group(runs, width[key])):
                 each.setdefault((i, r), []).append(m)
             for (i, r), ms in each.items():  # in the order the search asked
-                got.setdefault(i, []).append(_mean(ms))
+                got.setdefault(i, []).append(mean_metrics(ms))
         for i in list(pending):
             try:
                 pending[i] = searches[i].send(got[i])
