@@ -356,3 +356,29 @@ def test_near_equal_layer_counts_share_one_group_size():
     assert (pool.group, pool.groups, pool.blocks, pool.tokens) == (13, 2, 1000, 8000)
     pool = mp.v1_kv_pool(1000 * 4096 * 10, 4096, 10, 20, 512, 16, 4096, 2048)
     assert (pool.group, pool.groups) == (10, 3)  # 20 >= 1.5 x 10: groups of the smaller
+
+
+@pytest.mark.parametrize("argv,engine,flags", [
+    (["--context-gib", "-1"], "vllm", "--context-gib"),
+    (["--mem-fraction-static=0.5", "--page-size", "4"], "vllm",
+     "--mem-fraction-static, --page-size"),
+    (["--engine", "sglang", "--max-num-seqs", "5"], "sglang", "--max-num-seqs"),
+    (["--engine", "sglang", "--pipeline-parallel-size", "2"], "sglang",
+     "--pipeline-parallel-size"),
+])
+def test_a_flag_the_engine_does_not_read_is_refused(argv, engine, flags, capsys):
+    """Not silently ignored: one line naming the flags, exit 2, nothing printed."""
+    rc = cli.main(["--hardware", "h100-80gb", "--model", "qwen3-8b", *argv])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: {flags}: not read by --engine {engine}"), lines
+
+
+def test_each_engine_reads_its_own_flags(capsys):
+    assert cli.main(["--hardware", "h100-80gb", "--model", "qwen3-8b", "--engine",
+                     "sglang", "--page-size", "16", "--tp", "1"]) == 0
+    assert cli.main(["--hardware", "h100-80gb", "--model", "qwen3-8b",
+                     "--max-num-seqs", "64", "--block-size", "32"]) == 0
+    assert "error" not in capsys.readouterr().err

@@ -85,6 +85,23 @@ def render(profile) -> str:
     return "\n".join(lines) + "\n"
 
 
+# the flags only one engine's profile reads (``_sglang`` reads tp, kv_cache_dtype,
+# quantization and these three; vLLM's profile the others)
+SGLANG_ONLY = ("mem_fraction_static", "page_size", "context_gib")
+VLLM_ONLY = ("pp", "gpu_memory_utilization", "max_model_len", "max_num_batched_tokens",
+             "max_num_seqs", "block_size", "enforce_eager", "enable_chunked_prefill",
+             "vllm_version", "usage_context")
+
+
+def _unread_flags(ap, argv, engine: str) -> list[str]:
+    """The flags given on the command line that ``engine``'s profile would ignore (an
+    error, not a silent default)."""
+    given = {tok.split("=", 1)[0] for tok in argv if tok.startswith("--")}
+    other = VLLM_ONLY if engine == "sglang" else SGLANG_ONLY
+    return [opt for a in ap._actions if a.dest in other
+            for opt in a.option_strings if opt in given]
+
+
 def main(argv=None) -> int:
     ap = _Parser(prog="python -m tuner.memory", description=__doc__.split("\n\n")[0])
     ap.add_argument("--hardware", required=True,
@@ -130,6 +147,14 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print the profile as JSON")
     args = ap.parse_args(argv)
     quant = None if args.quantization in (None, "none", "None") else args.quantization
+    unread = _unread_flags(ap, sys.argv[1:] if argv is None else argv, args.engine)
+    if unread:
+        reads = ("--tp, --kv-cache-dtype, --quantization, --mem-fraction-static, "
+                 "--page-size and --context-gib" if args.engine == "sglang" else
+                 "every flag but --mem-fraction-static, --page-size and --context-gib")
+        print(f"error: {', '.join(unread)}: not read by --engine {args.engine} (it "
+              f"reads {reads})", file=sys.stderr)
+        return 2
     try:
         args.hardware = resolve_hardware(args.hardware)[0]
         model = args.model
