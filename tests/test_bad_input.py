@@ -320,3 +320,16 @@ def test_experiments_check_their_out_folder_before_any_work(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: --out ") and "a_file" in err[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # nothing written
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["sharegpt", "--seed", "5"], "--seed 5: only the 'default' trace is drawn"),
+    (["sharegpt", "--sample", "2"], "--sample 2: 'sharegpt' has one output length"),
+    (["sharegpt", "--sample=1"], "--sample 1: 'sharegpt' has one output length"),
+])
+def test_trace_summary_refuses_a_flag_the_trace_does_not_read(argv, needle, capsys):
+    from tuner.workloads import trace as trace_cli
+
+    assert trace_cli.main(argv) == 2
+    _one_error(capsys, needle)
+    assert trace_cli.main(["default", "--seed", "5", "-n", "50"]) == 0  # it reads it
