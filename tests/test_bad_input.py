@@ -422,3 +422,16 @@ def test_sweep_write_failing_midway_leaves_nothing(tmp_path, capsys, monkeypatch
                            *SMALL]) == 2
     _one_error(capsys, "No space left on device")
     assert not out.exists() or list(out.iterdir()) == []  # sweep.json etc. removed
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["sharegpt", "--seed", "5"], "--seed 5: only the 'default' trace is drawn"),
+    (["sharegpt", "--sample", "2"], "--sample 2: 'sharegpt' has one output length"),
+    (["sharegpt", "--sample=1"], "--sample 1: 'sharegpt' has one output length"),
+])
+def test_trace_summary_refuses_a_flag_the_trace_does_not_read(argv, needle, capsys):
+    from tuner.workloads import trace as trace_cli
+
+    assert trace_cli.main(argv) == 2
+    _one_error(capsys, needle)
+    assert trace_cli.main(["default", "--seed", "5", "-n", "50"]) == 0  # it reads it
