@@ -326,6 +326,7 @@ def test_experiments_check_their_out_folder_before_any_work(tmp_path, capsys):
     (["sharegpt", "--seed", "5"], "--seed 5: only the 'default' trace is drawn"),
     (["sharegpt", "--sample", "2"], "--sample 2: 'sharegpt' has one output length"),
     (["sharegpt", "--sample=1"], "--sample 1: 'sharegpt' has one output length"),
+    (["sharegpt", "--se", "3"], "--seed 3: only the 'default' trace"),  # abbreviated
 ])
 def test_trace_summary_refuses_a_flag_the_trace_does_not_read(argv, needle, capsys):
     from tuner.workloads import trace as trace_cli
