@@ -428,6 +428,7 @@ def test_sweep_write_failing_midway_leaves_nothing(tmp_path, capsys, monkeypatch
     (["sharegpt", "--seed", "5"], "--seed 5: only the 'default' trace is drawn"),
     (["sharegpt", "--sample", "2"], "--sample 2: 'sharegpt' has one output length"),
     (["sharegpt", "--sample=1"], "--sample 1: 'sharegpt' has one output length"),
+    (["sharegpt", "--se", "3"], "--seed 3: only the 'default' trace"),  # abbreviated
 ])
 def test_trace_summary_refuses_a_flag_the_trace_does_not_read(argv, needle, capsys):
     from tuner.workloads import trace as trace_cli

@@ -360,6 +360,7 @@ def test_near_equal_layer_counts_share_one_group_size():
 
 @pytest.mark.parametrize("argv,engine,flags", [
     (["--context-gib", "-1"], "vllm", "--context-gib"),
+    (["--context", "1"], "vllm", "--context-gib"),  # an abbreviation argparse accepts
     (["--mem-fraction-static=0.5", "--page-size", "4"], "vllm",
      "--mem-fraction-static, --page-size"),
     (["--engine", "sglang", "--max-num-seqs", "5"], "sglang", "--max-num-seqs"),

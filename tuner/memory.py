@@ -96,10 +96,10 @@ VLLM_ONLY = ("pp", "gpu_memory_utilization", "max_model_len", "max_num_batched_t
 def _unread_flags(ap, argv, engine: str) -> list[str]:
     """The flags given on the command line that ``engine``'s profile would ignore (an
     error, not a silent default)."""
-    given = {tok.split("=", 1)[0] for tok in argv if tok.startswith("--")}
+    from tuner.common.argv import given_dests
+
     other = VLLM_ONLY if engine == "sglang" else SGLANG_ONLY
-    return [opt for a in ap._actions if a.dest in other
-            for opt in a.option_strings if opt in given]
+    return [opt for dest, opt in given_dests(ap, argv).items() if dest in other]
 
 
 def main(argv=None) -> int:

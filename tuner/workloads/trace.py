@@ -51,14 +51,16 @@ def main(argv=None) -> int:
     parser.add_argument("--sample", type=int, default=0,
                         help="CASTILLO generation used as the output length")
     args = parser.parse_args(argv)
-    given = {t.split("=", 1)[0] for t in (sys.argv[1:] if argv is None else argv)}
+    from tuner.common.argv import given_dests
+
+    given = given_dests(parser, sys.argv[1:] if argv is None else argv)
     try:
         trace = resolve_trace(args.trace, seed=args.seed, n=args.n, sample=args.sample)
         # a flag the trace does not read is an error, not silently ignored
-        if "--seed" in given and args.trace != "default":
+        if "seed" in given and args.trace != "default":
             raise ValueError(f"--seed {args.seed}: only the 'default' trace is drawn "
                              f"from a seed, not {args.trace!r}")
-        if "--sample" in given and trace.output_samples is None:
+        if "sample" in given and trace.output_samples is None:
             raise ValueError(f"--sample {args.sample}: {args.trace!r} has one output "
                              "length per request (only CASTILLO holds several)")
         stats = summary(trace)
