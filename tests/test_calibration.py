@@ -178,6 +178,24 @@ def test_cli_bad_arguments_exit_2(tmp_path, capsys):
         assert rc == 2
         assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
             "tuner.calibrate: error:")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--no-fit", "--starts", "3"], "--starts: not read with --no-fit"),
+    (["--no-fit", "--method", "cma"], "--method: not read with --no-fit"),
+    (["--method", "cma", "--starts", "3", "--out", "P"],
+     "--starts: read by --method gradient only, not cma"),
+    (["--budget", "50", "--out", "P"], "--budget: read by --method cma only"),
+    (["--bud", "50", "--out", "P"], "--budget: read by --method cma only"),
+])
+def test_cli_refuses_a_flag_the_run_would_ignore(argv, needle, tmp_path, capsys):
+    run = _bench(tmp_path)
+    argv = [str(tmp_path / "p.json") if a == "P" else a for a in argv]
+    rc = calibrate_main(["--measured", str(run), "--hardware", "a100-80gb", "--model",
+                         "llama-3-8b", *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and needle in err[0], err
+    assert not (tmp_path / "p.json").exists()
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": "x", "device": "a100-80gb", "params": {}}))
     with pytest.raises(ValueError, match="format"):

@@ -68,6 +68,28 @@ def _device_record(name: str) -> dict:
     return {"device_record": device_record(get_device(name))}
 
 
+# the flags only a fit reads, and those only one fitting method reads
+FIT_ONLY = ("fit", "method", "starts", "budget", "fit_seed")
+METHOD_ONLY = {"starts": "gradient", "budget": "cma"}
+
+
+def _check_unread(ap, argv, args) -> None:
+    """ValueError naming a flag the run would ignore (a fit's flag with --no-fit, a
+    method's flag with the other method), not a silent default."""
+    from tuner.common.argv import given_dests
+
+    given = given_dests(ap, argv)
+    if args.no_fit:
+        unread = [o for d, o in given.items() if d in FIT_ONLY]
+        if unread:
+            raise ValueError(f"{', '.join(unread)}: not read with --no-fit (nothing is "
+                             "fitted)")
+    for dest, method in METHOD_ONLY.items():
+        if dest in given and args.method != method:
+            raise ValueError(f"{given[dest]}: read by --method {method} only, not "
+                             f"{args.method}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tuner.calibrate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -99,6 +121,7 @@ def main(argv=None) -> int:
             raise ValueError(f"--holdout must be a share in [0, 1), got {args.holdout}")
         if not args.no_fit and not args.out:
             raise ValueError("--out PROFILE.json is required to fit (or pass --no-fit)")
+        _check_unread(ap, sys.argv[1:] if argv is None else argv, args)
         if args.out:
             from tuner.cli import check_out
 
