@@ -436,3 +436,15 @@ def test_trace_summary_refuses_a_flag_the_trace_does_not_read(argv, needle, caps
     assert trace_cli.main(argv) == 2
     _one_error(capsys, needle)
     assert trace_cli.main(["default", "--seed", "5", "-n", "50"]) == 0  # it reads it
+
+
+@pytest.mark.parametrize("tool", ["evaluate", "sweep"])
+def test_a_temperature_in_exact_mode_is_refused(tool, tmp_path, capsys):
+    """An exact run has no temperature: --temperature without --mode relaxed is an
+    error, not silently dropped."""
+    argv = ["--system", "paged", "--temperature", "0.3", *SMALL]
+    rc = (ev.main(argv) if tool == "evaluate" else
+          sweep_cli.main([*argv, "--quiet", "--out", str(tmp_path / "s")]))
+    assert rc == 2
+    _one_error(capsys, "--temperature 0.3: read with --mode relaxed only")
+    assert list(tmp_path.iterdir()) == []

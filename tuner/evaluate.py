@@ -55,6 +55,9 @@ def main(argv=None) -> int:
             objective = getattr(family_of(system), "default_objective", objective)
         params.update(dict(parse_param(p) for p in args.param))
         temp = 0.0
+        if args.temperature is not None and args.mode != "relaxed":
+            raise ValueError(f"--temperature {args.temperature:g}: read with --mode "
+                             "relaxed only (an exact run has no temperature)")
         if args.mode == "relaxed":
             temp = 0.05 if args.temperature is None else args.temperature
             if not temp > 0:

@@ -55,7 +55,8 @@ def _args(argv):
     ap.add_argument("--grid", action="append", default=[], help="k=v1,v2 (or a,b;c,d)")
     ap.add_argument("--random", type=int, default=None, help="N random parameter sets")
     ap.add_argument("--mode", choices=("exact", "relaxed"), default="exact")
-    ap.add_argument("--temperature", type=float, default=0.05, help="relaxed mode only")
+    ap.add_argument("--temperature", type=float, default=None,
+                    help="relaxed mode only (default 0.05)")
     ap.add_argument("--objective", default=None)
     ap.add_argument("--steps", type=int, default=None, help="iterations per point")
     ap.add_argument("--batch", type=int, default=256, help="points per compiled call")
@@ -96,7 +97,11 @@ def _plan(args):
         raise ValueError("give --grid or --random, not both")
     if (args.steps is not None and args.steps < 1) or args.batch < 1:
         raise ValueError("--steps and --batch must be >= 1")
-    temp = args.temperature if args.mode == "relaxed" else 0.0
+    if args.temperature is not None and args.mode != "relaxed":
+        raise ValueError(f"--temperature {args.temperature:g}: read with --mode relaxed "
+                         "only (an exact run has no temperature)")
+    temp = (0.05 if args.temperature is None else args.temperature) \
+        if args.mode == "relaxed" else 0.0
     if args.mode == "relaxed" and not temp > 0:
         raise ValueError("--temperature must be > 0 in relaxed mode")
     grid = parse_grid(args.grid, args.system)
