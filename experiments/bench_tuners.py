@@ -21,7 +21,7 @@ problem's scenarios) of one system's policy with many interacting parameters:
   defaults; the objective the mean of the replicas' goodputs (the fleet's goodput / 4
   under routing by capacity). Not in the default run.
 * ``odma``: the paper's 6 parameters (the low-dimensional reference; not in the default
-  run: ``experiments/results/bench_tuners_odma6.md`` holds its figures).
+  run: ``experiments/results/bench_tuners_odma6/`` holds its figures).
 
 Every method tunes the same problem (``tuner.search.fitting.build_problem`` of the problem's
 scenarios for the seed), is scored on its exact objective, and pays in one unit: exact
