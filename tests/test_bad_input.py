@@ -328,7 +328,7 @@ def test_experiments_check_their_out_folder_before_any_work(tmp_path, capsys):
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
 def test_an_output_folder_that_passes_access_but_takes_no_file_is_refused(
         tmp_path, capsys, monkeypatch):
-    """As root, ``os.access`` says yes to /proc (and to read-only mounts' folders); the
+    """As root, ``os.access`` says yes to /proc's folders (a pseudo-filesystem); the
     check must create a file to know, and leave nothing behind where it can."""
     import os
 
