@@ -15,6 +15,7 @@ import sys
 from models import list_systems
 from tuner.cli import add_scenario_args, parse_param, spec_from_args
 from tuner.common import compile_cache
+from tuner.common.argv import relaxed_temperature
 from tuner.common.atomic import plain
 from tuner.objective.evaluate import evaluate
 from tuner.objective.objectives import DEFAULT_OBJECTIVE
@@ -54,14 +55,7 @@ def main(argv=None) -> int:
             from models import family_of
             objective = getattr(family_of(system), "default_objective", objective)
         params.update(dict(parse_param(p) for p in args.param))
-        temp = 0.0
-        if args.temperature is not None and args.mode != "relaxed":
-            raise ValueError(f"--temperature {args.temperature:g}: read with --mode "
-                             "relaxed only (an exact run has no temperature)")
-        if args.mode == "relaxed":
-            temp = 0.05 if args.temperature is None else args.temperature
-            if not temp > 0:
-                raise ValueError("--temperature must be > 0 in relaxed mode")
+        temp = relaxed_temperature(args.mode, args.temperature)
         sc = build_scenario(spec_from_args(args, base))
         m = evaluate(sc, system, params, temperature=temp,
                      objective=args.objective or objective)

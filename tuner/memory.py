@@ -149,9 +149,10 @@ def main(argv=None) -> int:
     quant = None if args.quantization in (None, "none", "None") else args.quantization
     unread = _unread_flags(ap, sys.argv[1:] if argv is None else argv, args.engine)
     if unread:
-        reads = ("--tp, --kv-cache-dtype, --quantization, --mem-fraction-static, "
-                 "--page-size and --context-gib" if args.engine == "sglang" else
-                 "every flag but --mem-fraction-static, --page-size and --context-gib")
+        sglang = ", ".join(a.option_strings[0] for a in ap._actions
+                           if a.dest in SGLANG_ONLY)
+        reads = (f"--tp, --kv-cache-dtype, --quantization, {sglang}"
+                 if args.engine == "sglang" else f"every flag but {sglang}")
         print(f"error: {', '.join(unread)}: not read by --engine {args.engine} (it "
               f"reads {reads})", file=sys.stderr)
         return 2

@@ -32,6 +32,7 @@ import jax
 from tqdm import tqdm
 
 from tuner.common import compile_cache
+from tuner.common.argv import relaxed_temperature
 from tuner.search.pareto import mark_pareto, summary_line, write_outputs
 from tuner.search.sweep import (build_scenarios, default_steps, grid_points, init_distributed,
                                 ladders, parse_grid, random_points, run_sweep)
@@ -97,13 +98,7 @@ def _plan(args):
         raise ValueError("give --grid or --random, not both")
     if (args.steps is not None and args.steps < 1) or args.batch < 1:
         raise ValueError("--steps and --batch must be >= 1")
-    if args.temperature is not None and args.mode != "relaxed":
-        raise ValueError(f"--temperature {args.temperature:g}: read with --mode relaxed "
-                         "only (an exact run has no temperature)")
-    temp = (0.05 if args.temperature is None else args.temperature) \
-        if args.mode == "relaxed" else 0.0
-    if args.mode == "relaxed" and not temp > 0:
-        raise ValueError("--temperature must be > 0 in relaxed mode")
+    temp = relaxed_temperature(args.mode, args.temperature)
     grid = parse_grid(args.grid, args.system)
     d = ScenarioSpec()
     hw, traces = (args.hardware or d.hardware), (args.trace or d.trace)

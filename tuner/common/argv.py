@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["given_dests"]
+__all__ = ["given_dests", "relaxed_temperature"]
+
+DEFAULT_TEMPERATURE = 0.05  # --mode relaxed without --temperature
 
 
 def given_dests(parser: argparse.ArgumentParser, argv) -> dict[str, str]:
@@ -22,3 +24,18 @@ def given_dests(parser: argparse.ArgumentParser, argv) -> dict[str, str]:
         if len(hits) == 1:
             out[by_opt[hits[0]]] = hits[0]
     return out
+
+
+def relaxed_temperature(mode: str, temperature: float | None) -> float:
+    """The run's temperature from ``--mode`` and ``--temperature`` (None when not
+    given): 0 for an exact run, where a given temperature is an error rather than
+    dropped; :data:`DEFAULT_TEMPERATURE` or the one given (> 0) for a relaxed one."""
+    if mode != "relaxed":
+        if temperature is not None:
+            raise ValueError(f"--temperature {temperature:g}: read with --mode relaxed "
+                             "only (an exact run has no temperature)")
+        return 0.0
+    temp = DEFAULT_TEMPERATURE if temperature is None else temperature
+    if not temp > 0:
+        raise ValueError("--temperature must be > 0 in relaxed mode")
+    return temp

@@ -55,11 +55,11 @@ def main(argv=None) -> int:
 
     given = given_dests(parser, sys.argv[1:] if argv is None else argv)
     try:
-        trace = resolve_trace(args.trace, seed=args.seed, n=args.n, sample=args.sample)
         # a flag the trace does not read is an error, not silently ignored
-        if "seed" in given and args.trace != "default":
+        if "seed" in given and args.trace != "default":  # known before any loading
             raise ValueError(f"--seed {args.seed}: only the 'default' trace is drawn "
                              f"from a seed, not {args.trace!r}")
+        trace = resolve_trace(args.trace, seed=args.seed, n=args.n, sample=args.sample)
         if "sample" in given and trace.output_samples is None:
             raise ValueError(f"--sample {args.sample}: {args.trace!r} has one output "
                              "length per request (only CASTILLO holds several)")
