@@ -1,14 +1,20 @@
 """Stakes of a learned per-request policy (issue 31, item 5): is there goodput to win by
 an MLP that sets each request's inflation, before any method is compared on it?
 
-``python -m experiments.learned_stakes --out DIR [--cases ...] [--system odma|s3]
-[--requests N] [--quick]``
+``python -m experiments.learned_stakes --out DIR [--cases ...] [--system SYSTEM]
+[--target inflation|priority] [--requests N] [--quick]``
 
 The policy (``tuner.objective.learned``): the system's reservation of request ``i``
 (ODMA's by default; ``--system s3``: S3's bucket of the prediction) scaled by
 ``m_i = exp(log 4 tanh(mlp(f_i)))`` of its prompt length, predicted output length and
 uncertainty; two hidden layers of 12 (217 weights); zero weights are the system's
-default.
+default. ``--target priority`` (a bucketed system, ``paged`` by default): the MLP sets
+each request's scheduling priority instead (vLLM V1's ``--scheduling-policy priority``,
+lower first; zero weights: one priority for all, first-come-first-served), and four
+hand-made rules are measured beside the random MLPs (shortest / longest prompt first,
+shortest / longest predicted output first, each an MLP with one path from its feature);
+the order has no relaxed gradient, so the descent is not run (the gradient checks
+still are: they show it).
 Per case (the built-in workload, Azure conversation lengths and times on the MLU370-X4,
 with the KV capacity cut so that memory binds) and on two workload realisations
 (prediction-error seeds) as one CRN stack, every figure is the tuner's exact objective:
@@ -54,8 +60,13 @@ from tuner.common.atomic import unwritable_reason  # noqa: E402
 
 __all__ = ["CASES", "main", "render", "run_case"]
 
-SYSTEM = "odma"  # the default --system
-SYSTEMS = ("odma", "s3")  # bucketed systems whose reservation reads the prediction
+SYSTEM = {"inflation": "odma", "priority": "paged"}  # the default --system per target
+# per --target: bucketed systems whose reservation reads the prediction; every bucketed
+# system admits by priority
+SYSTEMS = {"inflation": ("odma", "s3"), "priority": ("paged", "static", "s3", "odma")}
+HEURISTICS = {  # name -> (feature index, sign of the priority in it): lower goes first
+    "short-prompt-first": (0, 1.0), "long-prompt-first": (0, -1.0),
+    "short-output-first": (1, 1.0), "long-output-first": (1, -1.0)}
 OBJECTIVE = "goodput_expected_rps"
 N = 300
 CASES = {"kv-100k": 100_000, "kv-150k": 150_000, "kv-200k": 200_000}
@@ -87,12 +98,23 @@ def gradient_checks(prob, theta, temperatures=AGREE_T, h: float = 0.1) -> dict:
     return out
 
 
+def heuristic(zero: dict, feature: int, sign: float) -> dict:
+    """The MLP whose output is increasing (``sign`` > 0) or decreasing in one feature:
+    one path of weight 2 through each hidden layer's first unit."""
+    th = {k: np.zeros(np.shape(v), np.float32) for k, v in zero.items()}
+    th["Dense_0/kernel"][feature, 0] = 2.0
+    th["Dense_1/kernel"][0, 0] = 2.0
+    th["Dense_2/kernel"][0] = sign
+    return th
+
+
 def run_case(name: str, capacity: int, n: int, seeds: int, uniform: int, normal: int,
-             steps: int, slots: dict, system: str = SYSTEM) -> dict:
+             steps: int, slots: dict, system: str = "odma",
+             target: str = "inflation") -> dict:
     from scipy import stats
 
     from models import get_system
-    from tuner.objective.learned import LearnedProblem
+    from tuner.objective.learned import LearnedProblem, MLPSpace
     from tuner.objective.objectives import parse_objective
     from tuner.objective.problem import Problem, plan_ladder
     from tuner.objective.space import Space
@@ -106,7 +128,8 @@ def run_case(name: str, capacity: int, n: int, seeds: int, uniform: int, normal:
     params = get_system(system).default_params(scs[0].cfg.max_len)
     obj = parse_objective(OBJECTIVE)
     rates, n_steps, _ = plan_ladder(scs, system, params)
-    prob = LearnedProblem(scs, system, params, obj, n_steps, rates)
+    prob = LearnedProblem(scs, system, params, obj, n_steps, rates,
+                          space=MLPSpace(target=target))
     flat = Flat(prob.space)
     zero = prob.space.to_theta(prob.space.base)
     default = prob.value(zero)[0]
@@ -117,6 +140,12 @@ def run_case(name: str, capacity: int, n: int, seeds: int, uniform: int, normal:
     thetas = [flat.theta(x) for x in xs]
     exact = [float(v) for v in prob.batch(thetas)]
     _log(f"{name}: random policies {min(exact):.4g}..{max(exact):.4g} req/s")
+    hand = {}
+    if target == "priority":
+        hv = prob.batch([heuristic(zero, f, sg) for f, sg in HEURISTICS.values()])
+        hand = {k: float(v) for k, v in zip(HEURISTICS, hv)}
+        _log(f"{name}: hand-made rules " + ", ".join(f"{k} {v:.4g}"
+                                                    for k, v in hand.items()))
     j = judge(default, exact)
     j["meets"] = bool(j["best_over_worst"] >= BEST_OVER_WORST
                       and j["best_over_default"] >= BEST_OVER_DEFAULT)
@@ -138,15 +167,23 @@ def run_case(name: str, capacity: int, n: int, seeds: int, uniform: int, normal:
              / _time(lambda: prob.value(zero), 3))
     prob.grad_cost = ratio
     c0 = prob.cost
-    d = descend(prob, steps)
+    if target == "priority":  # a hard order: the relaxed gradient is zero (checks above)
+        descent = {"steps": 0, "best": None, "start": default, "cost_evals": 0.0,
+                   "grad_over_exact": ratio, "history": [],
+                   "not_run": "the priority order is a hard decision in both modes: the "
+                   "relaxed gradient of every weight is zero"}
+    else:
+        d = descend(prob, steps)
+        descent = {"steps": steps, "best": d.best_value, "start": d.start_value,
+                   "cost_evals": (prob.cost - c0) / unit, "grad_over_exact": ratio,
+                   "history": d.history}
     return {"capacity_tokens": capacity, "requests": n, "realisations": seeds,
+            "target": target, "heuristics": hand,
             "weights": len(flat), "horizon_steps": n_steps,
             "rungs_rps": np.asarray(rates).tolist(), "default": default,
             "random": {"uniform_box": uniform, "normal_1": normal, "values": exact},
             "judge": j, "tau": tau, "baselines": base, "gradient_checks": checks,
-            "descent": {"steps": steps, "best": d.best_value, "start": d.start_value,
-                        "cost_evals": (prob.cost - c0) / unit, "grad_over_exact": ratio,
-                        "history": d.history},
+            "descent": descent,
             "wall_s": time.perf_counter() - t0}
 
 
@@ -156,12 +193,20 @@ def _tau(x) -> str:
 
 def render(res: dict) -> str:
     sysname = {"odma": "ODMA", "s3": "S3"}.get(res["system"], res["system"])
-    L = [f"# Stakes of a learned per-request policy ({sysname}'s inflation as an MLP)", "",
+    prio = res.get("target") == "priority"
+    what = ("each request's scheduling priority as an MLP" if prio
+            else f"{sysname}'s inflation as an MLP")
+    policy = ("setting each request's priority (vLLM V1's `--scheduling-policy priority`, "
+              "lower first, ties by arrival; the order is taken over the first 256 "
+              "waiting requests); zero weights = one priority for all, first-come-first-"
+              "served, the default" if prio else
+              "scaling each request's predicted length by a factor in [1/4, 4]; zero "
+              f"weights = {sysname}'s default")
+    L = [f"# Stakes of a learned per-request policy ({what})", "",
          f"System {res['system']}, objective `{res['objective']}` on the rate ladder "
          f"planned from {sysname}'s default (every figure on the same ladder and "
          "realisations, req/s). Policy: an MLP of (log prompt, log predicted output, u) "
-         "scaling each request's predicted length by a factor in [1/4, 4]; zero "
-         f"weights = {sysname}'s default. Criterion (issue 31): best / worst >= "
+         f"{policy}. Criterion (issue 31): best / worst >= "
          f"{BEST_OVER_WORST} and best / default >= {BEST_OVER_DEFAULT}.", "",
          "| case | KV tokens | weights | default | random worst | median | best | "
          "best / worst | best / default | meets | paged | static | s3 | descent best "
@@ -174,7 +219,9 @@ def render(res: dict) -> str:
                  f"{j['best']:.4g} | {j['best_over_worst']:.3f} | "
                  f"{j['best_over_default']:.3f} | {'yes' if j['meets'] else 'no'} | "
                  f"{b['paged']:.4g} | {b['static']:.4g} | {b['s3']:.4g} | "
-                 f"{d['best']:.4g} ({d['cost_evals']:.0f}) | {_tau(c['tau']['0.3'])} | "
+                 + (f"{d['best']:.4g} ({d['cost_evals']:.0f})" if d["best"] is not None
+                    else "not run")
+                 + f" | {_tau(c['tau']['0.3'])} | "
                  f"{_tau(c['tau']['0.1'])} |")
     L += ["", "Random policies: uniform in the random search's box [-5, 5] per weight, "
           "and normal with scale 1; `descent`: Adam on the relaxed objective, "
@@ -193,7 +240,13 @@ def render(res: dict) -> str:
                  f"default; the best baseline {gap:.3f}x. Relaxed derivatives of the "
                  f"{gc['coords']} last-layer weights at the default against exact "
                  f"central differences (h = {gc['h']:g}, tuner.search.gradcheck.classify): "
-                 f"{classes} ({c['wall_s']:.0f} s).")
+                 f"{classes} ({c['wall_s']:.0f} s)."
+                 + (" Hand-made rules (x the default): " + ", ".join(
+                     f"{k} {v:.4g} ({v / c['default']:.3f}x)"
+                     for k, v in c["heuristics"].items()) + "." if c.get("heuristics")
+                    else "")
+                 + (f" Descent not run: {c['descent']['not_run']}."
+                    if c["descent"].get("not_run") else ""))
     return "\n".join(L) + "\n"
 
 
@@ -203,9 +256,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="result folder")
     ap.add_argument("--cases", default=",".join(CASES),
                     help=f"comma-separated cases (default: all of {', '.join(CASES)})")
-    ap.add_argument("--system", default=SYSTEM,
-                    help=f"whose reservation the MLP scales: one of {', '.join(SYSTEMS)} "
-                    f"(default {SYSTEM})")
+    ap.add_argument("--target", default="inflation", choices=list(SYSTEMS),
+                    help="what the MLP sets: each request's inflation (default) or its "
+                    "scheduling priority")
+    ap.add_argument("--system", default=None,
+                    help="inflation: whose reservation the MLP scales, one of "
+                    f"{', '.join(SYSTEMS['inflation'])} (default odma); priority: one of "
+                    f"{', '.join(SYSTEMS['priority'])} (default paged)")
     ap.add_argument("--requests", type=int, default=N,
                     help=f"requests per workload realisation (default {N})")
     ap.add_argument("--quick", action="store_true", help="a small run (a test)")
@@ -215,9 +272,10 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.system not in SYSTEMS:
-        print(f"error: --system {args.system!r}: one of {', '.join(SYSTEMS)}",
-              file=sys.stderr)
+    args.system = args.system or SYSTEM[args.target]
+    if args.system not in SYSTEMS[args.target]:
+        print(f"error: --system {args.system!r}: with --target {args.target}, one of "
+              f"{', '.join(SYSTEMS[args.target])}", file=sys.stderr)
         return 2
     if args.requests < 2:
         print(f"error: --requests {args.requests}: must be >= 2", file=sys.stderr)
@@ -233,11 +291,13 @@ def main(argv=None) -> int:
                  slots=dict(n_slots=32, max_batch=32)) if args.quick else
             dict(n=args.requests, seeds=2, uniform=32, normal=16, steps=DESCENT_STEPS,
                  slots={}))
-    res = {"system": args.system, "objective": OBJECTIVE, "quick": args.quick,
+    res = {"system": args.system, "target": args.target, "objective": OBJECTIVE,
+           "quick": args.quick,
            "jax": jax.__version__, "settings": size, "cases": {}}
     args.out.mkdir(parents=True, exist_ok=True)
     for name in names:
-        res["cases"][name] = run_case(name, CASES[name], **size, system=args.system)
+        res["cases"][name] = run_case(name, CASES[name], **size, system=args.system,
+                                      target=args.target)
         write_result(args.out, "learned_stakes", res, render)
     print(render(res))
     return 0

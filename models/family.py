@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from flax import struct
 
 __all__ = ["Family", "HeadQueueFamily", "Inputs", "IterLog", "Metric", "SimOptions", "Sink", "deployment_values",
-           "family_of", "get_family", "list_families", "make_inputs", "make_options",
+           "check_priority", "family_of", "get_family", "list_families", "make_inputs", "make_options",
            "register_family"]
 
 
@@ -86,7 +86,9 @@ class Family(Protocol):
     """The protocol (see the module docstring for the state contract).
 
     Every method is required except ``deployment`` (optional: families without it
-    return nothing, see :func:`deployment_values`).
+    return nothing, see :func:`deployment_values`). A family that orders admission by
+    ``Workload.priority`` sets ``reads_priority = True``; the others are refused a
+    workload with priorities (:func:`models.simulate.init_state`).
     """
 
     name: str
@@ -223,5 +225,16 @@ def make_inputs(wl, cfg, opts: SimOptions, history=None, deployment=None) -> Inp
     """:class:`Inputs` for a run of ``opts.system`` (host side, before jit);
     ``deployment`` (:class:`hardware.Deployment`) for families that model more than
     the KV pool (the elastic family's activation memory)."""
+    check_priority(wl, opts.system)
     extra = family_of(opts.system).extra(wl, cfg, opts, history, deployment=deployment)
     return Inputs(wl=wl, cfg=cfg, extra=extra)
+
+
+def check_priority(wl, system: str) -> None:
+    """Raise ValueError when ``wl`` carries per-request priorities and ``system``'s
+    family does not read them (it would serve first-come-first-served in silence)."""
+    fam = family_of(system)
+    if wl.priority is not None and not getattr(fam, "reads_priority", False):
+        raise ValueError(f"{system}: the workload carries per-request priorities and "
+                         f"the {fam.name} family schedules first-come-first-served (only "
+                         "the bucketed family reads Workload.priority)")

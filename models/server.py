@@ -61,6 +61,11 @@ class ServerConfig:
     #                              v0 block manager: 1% of the blocks)
     n_slots: int = struct.field(pytree_node=False, default=256)
     admit_window: int = struct.field(pytree_node=False, default=16)
+    # with per-request priorities (``Workload.priority``): the waiting requests the
+    # scheduler orders are the first ``priority_window`` not yet admitted (from the
+    # oldest on); vLLM V1's priority queue holds every waiting request
+    # (models.bucketed.admission)
+    priority_window: int = struct.field(pytree_node=False, default=256)
     max_len: int = struct.field(pytree_node=False, default=4096)
     # scheduler: False = vLLM v0 default (prefill-only iterations, whole prompts under
     # the token budget); True = chunked prefill (vLLM V1: decodes first, prompts chunked

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models.family import Inputs, SimOptions, Sink, family_of
+from models.family import Inputs, SimOptions, Sink, check_priority, family_of
 from models.server import fifo_entries, hist_add
 
 __all__ = ["absorb", "compile_many", "init_state", "metrics", "run_blocks", "simulate",
@@ -63,7 +63,9 @@ def trace_guard(max_traces: int = 1):
 # -- the driver -------------------------------------------------------------------------
 
 def init_state(inputs: Inputs, params, t, opts: SimOptions):
-    """The family's initial state."""
+    """The family's initial state. Raises ValueError when the workload carries
+    per-request priorities and the system's family does not read them."""
+    check_priority(inputs.wl, opts.system)
     return family_of(opts.system).init(inputs, params, t, opts)
 
 

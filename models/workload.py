@@ -3,6 +3,11 @@
 Every simulator consumes a :class:`Workload`. Requests are sorted by arrival time;
 padding rows have ``valid == False`` and an arrival time of ``+inf`` so they are never
 admitted. ``tuner/`` turns trace files into this type; simulators never read files.
+
+``priority`` (optional) is each request's scheduling priority as vLLM V1's
+``--scheduling-policy priority`` reads it: lower is served first, ties by arrival. None
+(the default) is first-come-first-served; only the bucketed family reads it
+(``models.bucketed.admission``), the others refuse a workload that carries it.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ class Workload:
     pred_tokens: jnp.ndarray    # [N] float32 predicted output length L_hat (> 0)
     pred_u: jnp.ndarray         # [N] float32 prediction uncertainty u in [0, 1]
     valid: jnp.ndarray          # [N] bool, False for padding rows
+    priority: jnp.ndarray | None = None  # [N] float32 lower first; None: FCFS
 
     @property
     def size(self) -> int:
@@ -35,12 +41,14 @@ def make_workload(
     pred_tokens=None,
     pred_u=None,
     *,
+    priority=None,
     pad_to: int | None = None,
 ) -> Workload:
     """Build a :class:`Workload` from 1-D arrays, sorting by arrival and padding.
 
     Without predictions, ``pred_tokens`` defaults to the realised length (an oracle) and
-    ``pred_u`` to zero. Raises ``ValueError`` naming the field on bad values.
+    ``pred_u`` to zero; without ``priority`` the server is first-come-first-served.
+    Raises ``ValueError`` naming the field on bad values.
     """
     arrival = np.asarray(arrival_s, dtype=np.float64)
     prompt = np.asarray(prompt_tokens)
@@ -50,6 +58,8 @@ def make_workload(
     unc = np.zeros(n) if pred_u is None else np.asarray(pred_u, np.float64)
     fields = {"arrival_s": arrival, "prompt_tokens": prompt, "output_tokens": output,
               "pred_tokens": pred, "pred_u": unc}
+    if priority is not None:
+        fields["priority"] = np.asarray(priority, np.float64)
     for name, arr in fields.items():
         if arr.ndim != 1 or arr.shape[0] != n:
             raise ValueError(f"workload field {name!r}: expected shape ({n},), got {arr.shape}")
@@ -82,4 +92,5 @@ def make_workload(
         pred_tokens=col(pred, np.float32, 1.0),
         pred_u=col(unc, np.float32, 0.0),
         valid=jnp.asarray(np.concatenate([np.ones(n, bool), np.zeros(pad, bool)])),
+        priority=None if priority is None else col(fields["priority"], np.float32, np.inf),
     )

@@ -158,6 +158,12 @@ should be aligned with these.
 21. Reserved token-seconds. ``res_token_s`` = sum over iterations with work of the tokens
     held in all pools after steps 2 and 3 (before completions release) times
     ``float(np.float32(dt))``, accumulated in float64; 0-s iterations add nothing.
+22. Per-request priorities (``priority``, lower first; None: FCFS as in 4 and 7). The
+    walk's new-request candidates are the valid requests at indices ``head ..
+    head + W - 1`` (``W = max(priority_window, A)``) that are neither admitted nor
+    dropped and have arrived, sorted by (priority, index), the first A of them; the
+    walk over them is as in 7. The drop rule 10 looks at the first of that sorted list
+    instead of the head. ``head`` then moves to the first index not admitted or dropped.
 """
 
 from __future__ import annotations
@@ -220,7 +226,8 @@ def simulate_reference(arrival, prompt, output, pred, u, valid, *, kind, params,
                        iteration_time, kv_bytes_per_token, contiguous_chunk_tokens,
                        prior_lengths=None, window=10000, refresh_every=1000,
                        refresh_check=16, max_iters=100000, watermark=0,
-                       chunked=False, large_borrow=False, prefill_cap=None) -> dict:
+                       chunked=False, large_borrow=False, prefill_cap=None,
+                       priority=None, priority_window=256) -> dict:
     if kind not in ("static", "paged", "s3", "odma", "odma-pb"):
         raise ValueError(f"unknown kind {kind!r}")
     per_bucket = kind == "odma-pb"  # odma with gamma[k], k = the raw prediction's bucket
@@ -297,6 +304,24 @@ def simulate_reference(arrival, prompt, output, pred, u, valid, *, kind, params,
     slots: list[_Slot | None] = [None] * S
     t = np.float32(0.0)
     head = 0
+    # with per-request priorities (Interpretation 22): requests admitted or dropped
+    # ahead of the head
+    taken: set[int] = set()
+    prio_w = max(int(priority_window), int(admit_window))
+
+    def by_priority() -> list[int]:
+        """The waiting, arrived requests among the window's positions, lowest priority
+        value first, ties by index (= arrival)."""
+        pos = range(head, min(head + prio_w, n))
+        ready = [i for i in pos if valid[i] and i not in taken and arrival[i] <= t]
+        return sorted(ready, key=lambda i: (float(priority[i]), i))[:int(admit_window)]
+
+    def skip_taken() -> int:
+        h = head
+        while h in taken:
+            h += 1
+        return h
+
     remaining = int(valid.sum())  # valid requests neither finished nor dropped
     it = 0
 
@@ -493,7 +518,9 @@ def simulate_reference(arrival, prompt, output, pred, u, valid, *, kind, params,
         new_slots: list[int] = []
         if not any_waiting and allowed:
             free_slots = [s for s in range(S) if slots[s] is None]
-            for i in range(head, min(head + int(admit_window), n)):
+            cands = (range(head, min(head + int(admit_window), n)) if priority is None
+                     else by_priority())
+            for i in cands:
                 if not valid[i]:
                     break
                 if not (arrival[i] <= t):
@@ -522,7 +549,10 @@ def simulate_reference(arrival, prompt, output, pred, u, valid, *, kind, params,
                 tokens += min(int(prompt[i]), cap) if chunked else int(prompt[i])
                 first_item = False
                 n_admitted += 1
-            head += len(new_slots)
+            if priority is None:
+                head += len(new_slots)
+            else:
+                taken.update(slots[s].req for s in new_slots)
 
         # drop rules (Interpretations 9 and 10)
         if n_running == 0 and n_admitted == 0:
@@ -532,7 +562,7 @@ def simulate_reference(arrival, prompt, output, pred, u, valid, *, kind, params,
                     slots[blocked_wait] = None
                     dropped += 1
                     remaining -= 1
-            elif not any_waiting:
+            elif not any_waiting and priority is None:
                 while head < n and not valid[head]:
                     head += 1
                 if head < n and arrival[head] <= t:
@@ -541,6 +571,15 @@ def simulate_reference(arrival, prompt, output, pred, u, valid, *, kind, params,
                         dropped += 1
                         remaining -= 1
                         head += 1
+            elif not any_waiting:  # the first request in priority order
+                first = by_priority()[:1]
+                if first and int(prompt[first[0]]) + reserve(first[0])[0] \
+                        > whole(reserve(first[0])[1]):
+                    dropped += 1
+                    remaining -= 1
+                    taken.add(first[0])
+        if priority is not None:
+            head = skip_taken()
 
         if not chunked:  # v0: decode (with overflow) only if nothing was prefilled
             copy_tokens, _ = overflow_step(stalled, n_admitted == 0)

@@ -49,7 +49,8 @@ def trace_workload(name: str, start: int, n: int, *, max_len: int, seed: int = 0
 
 
 def config(capacity, *, n_slots=32, admit_window=8, max_len=1024, max_batch=None,
-           max_prefill=4096.0, watermark=0.0, chunked=False, prefill_cap=None):
+           max_prefill=4096.0, watermark=0.0, chunked=False, prefill_cap=None,
+           priority_window=256):
     return ServerConfig(
         capacity_tokens=jnp.float32(capacity),
         max_batch=jnp.int32(max_batch or n_slots), max_prefill=jnp.float32(max_prefill),
@@ -57,6 +58,7 @@ def config(capacity, *, n_slots=32, admit_window=8, max_len=1024, max_batch=None
         token_scale=jnp.float32(32.0), kv_bytes_per_token=jnp.float32(KVB),
         watermark_tokens=jnp.float32(watermark),
         n_slots=n_slots, admit_window=admit_window, max_len=max_len, chunked=chunked,
+        priority_window=priority_window,
         prefill_cap=None if prefill_cap is None else jnp.float32(prefill_cap))
 
 
@@ -111,4 +113,6 @@ def run_reference(wl, cfg, kind, params, **family):
         window=opts.family.window, refresh_every=opts.family.refresh_every,
         refresh_check=opts.block, watermark=float(cfg.watermark_tokens),
         chunked=cfg.chunked, large_borrow=opts.family.large_borrow,
-        prefill_cap=None if cfg.prefill_cap is None else int(float(cfg.prefill_cap)))
+        prefill_cap=None if cfg.prefill_cap is None else int(float(cfg.prefill_cap)),
+        priority=None if wl.priority is None else np.asarray(wl.priority),
+        priority_window=cfg.priority_window)

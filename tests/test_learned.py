@@ -127,7 +127,12 @@ def test_learned_stakes_refuses_bad_arguments(tmp_path, capsys):
     assert main(["--out", str(tmp_path / "o"), "--cases", "kv-1"]) == 2
     assert "--cases: unknown ['kv-1']" in capsys.readouterr().err
     assert main(["--out", str(tmp_path / "o"), "--system", "paged"]) == 2
-    assert "--system 'paged': one of odma, s3" in capsys.readouterr().err
+    assert "--system 'paged': with --target inflation, one of odma, s3" in \
+        capsys.readouterr().err
+    assert main(["--out", str(tmp_path / "o"), "--target", "priority", "--system",
+                 "ellm"]) == 2
+    assert "with --target priority, one of paged, static, s3, odma" in \
+        capsys.readouterr().err
     assert main(["--out", str(tmp_path / "o"), "--requests", "1"]) == 2
     assert "--requests 1" in capsys.readouterr().err
     blocker = tmp_path / "file"
@@ -173,6 +178,22 @@ def test_learned_stakes_writes_and_renders_what_run_case_returns(tmp_path, monke
     assert "| kv-200k | 200,000 | 217 | 2 |" in md and "— (ties)" in md
     assert "1.500x" in md and "T = 0.3: flat 13" in md  # paged / default, checks
     assert md.rstrip().splitlines()[-1].startswith("Made by `")
+    # the priority target: what the MLP sets, the hand-made rules, the descent not run
+    seen = {}
+
+    def fake_priority(name, capacity, **kw):
+        seen.update(kw)
+        c = fake(name, capacity, **kw)
+        c["heuristics"] = {"short-prompt-first": 3.0}
+        c["descent"] = {"steps": 0, "best": None, "start": 2.0, "cost_evals": 0.0,
+                        "grad_over_exact": 3.0, "history": [], "not_run": "no gradient"}
+        return c
+    monkeypatch.setattr(ls, "run_case", fake_priority)
+    assert ls.main(["--out", str(out), "--cases", "kv-100k", "--target", "priority"]) == 0
+    assert seen["system"] == "paged" and seen["target"] == "priority"
+    md = (out / "learned_stakes.md").read_text()
+    assert "scheduling priority as an MLP" in md and "| not run |" in md
+    assert "short-prompt-first 3 (1.500x)" in md and "Descent not run: no gradient" in md
     seen = []
     monkeypatch.setattr(ls, "run_case", lambda name, cap, **kw: seen.append(kw) or
                         fake(name, cap, **kw))

@@ -1,8 +1,21 @@
 """Admission of new requests in the bucketed server (``models.bucketed``).
 
-``admit`` is docs/server-semantics.md step 3b (FCFS admission of up to ``admit_window``
+``admit`` is docs/server-semantics.md step 3b (admission of up to ``admit_window``
 new requests, head-of-line); ``drop_unservable`` the drop rule that follows it: when
 nothing can run, the first waiting item that can never fit its pool is dropped.
+
+The waiting requests are taken first-come-first-served, or, when the workload carries
+per-request priorities (``Workload.priority``), in the order of vLLM V1's
+``--scheduling-policy priority``: lowest priority value first, ties by arrival
+(vllm/v1/core/sched/request_queue.py, ``PriorityRequestQueue`` at vllm-project/vllm
+0097c7e, ordering requests by ``(priority, arrival_time)``). The walk stays head-of-line
+in that order (V1's scheduler stops at the first waiting request it cannot schedule).
+Where this differs from vLLM: the order is taken over the first ``priority_window``
+requests not yet admitted (:class:`Queue`; vLLM's heap holds every waiting request), so
+a request further back waits until the window reaches it; preempted requests resume
+before any new admission, victims are still chosen from the running queue's tail
+(``models.bucketed.memory``), where V1 with priorities would preempt the lowest-priority
+running request and let preempted and new requests compete by priority.
 """
 
 from __future__ import annotations
@@ -24,7 +37,54 @@ from models.server import (
 )
 from models.workload import Workload
 
-__all__ = ["Admission", "admit", "drop_unservable"]
+__all__ = ["Admission", "Queue", "admit", "drop_unservable", "start_queue"]
+
+
+class Queue(NamedTuple):
+    """The requests not yet admitted: every index >= ``head`` except, with priorities,
+    those whose ``taken`` flag is set (``taken[i]``: request ``head + i`` was admitted or
+    dropped out of order). ``head`` is always the first request not taken."""
+
+    head: jax.Array            # [] int32
+    taken: jax.Array | None    # [W] bool, W = max(priority_window, admit_window); None:
+    #                            first-come-first-served
+
+
+def start_queue(wl: Workload, cfg: ServerConfig) -> Queue:
+    """The queue before the first step (``taken`` only when ``wl`` has priorities)."""
+    w = max(cfg.priority_window, cfg.admit_window)
+    return Queue(head=jnp.int32(0),
+                 taken=None if wl.priority is None else jnp.zeros(w, bool))
+
+
+def _candidates(q: Queue, wl: Workload, clock, a: int):
+    """The next ``a`` requests the walk tries, as (indices, window offsets or None, valid
+    and still waiting): from the head in arrival order, or (priorities) the waiting
+    requests of the window that have arrived, by (priority, arrival), then the rest."""
+    n = wl.size
+    if q.taken is None:
+        cand = q.head + jnp.arange(a)
+        return cand, None, (cand < n) & wl.valid[jnp.minimum(cand, n - 1)]
+    pos = q.head + jnp.arange(q.taken.shape[0])
+    pc = jnp.minimum(pos, n - 1)
+    waiting = (pos < n) & wl.valid[pc] & ~q.taken & (wl.arrival_s[pc] <= clock)
+    # the window is in arrival order, so a stable sort breaks priority ties by arrival
+    off = jnp.argsort(jnp.where(waiting, wl.priority[pc], jnp.inf), stable=True)[:a]
+    return q.head + off, off, waiting[off]
+
+
+def _take(q: Queue, off, mask) -> Queue:
+    """``q`` with the candidates at window offsets ``off`` where ``mask`` taken."""
+    return q._replace(taken=q.taken.at[off].set(q.taken[off] | mask, unique_indices=True))
+
+
+def _advance(q: Queue) -> Queue:
+    """Move the head past the leading taken requests (and the window with it)."""
+    w = q.taken.shape[0]
+    lead = jnp.sum(jnp.cumprod(q.taken.astype(jnp.int32)))
+    idx = jnp.arange(w) + lead
+    return Queue(head=q.head + lead,
+                 taken=jnp.where(idx < w, q.taken[jnp.minimum(idx, w - 1)], False))
 
 
 class Admission(NamedTuple):
@@ -33,29 +93,30 @@ class Admission(NamedTuple):
     take: jax.Array       # [S] bool slots that received a new request
     chunk: jax.Array      # [S] float32 prefill tokens a new slot computes now
     n_adm: jax.Array      # [] int32 requests admitted
-    ok_idx: jax.Array     # [A] bool candidate is a valid request
+    ok_idx: jax.Array     # [A] bool candidate is a valid request (still waiting)
+    off: jax.Array | None  # [A] int32 candidates' offsets in the priority window
     c_arrival: jax.Array  # [A] float32 candidates' arrival times
     need: jax.Array       # [A] float32 candidates' KV reservations (prompt + r)
     in_large: jax.Array   # [A] bool candidate goes to the large pool
 
 
-def admit(sl: BucketSlots, head, acc: BucketAcc, bounds, rs: Resume, budget: Budget,
+def admit(sl: BucketSlots, q: Queue, acc: BucketAcc, bounds, rs: Resume, budget: Budget,
           n_free, pools, clock, wl: Workload, params, t, cfg: ServerConfig, pol):
-    """FCFS admission of new requests into free slots, after the resume walk.
+    """Admission of new requests into free slots, after the resume walk.
 
-    Candidates are admitted in order while they have arrived, a slot and a batch place
-    are free, the token budget holds (:func:`~models.bucketed.memory.token_gate`; what
-    the resumes used is gone), their pool has room (less the watermark) and no
-    preempted slot waits; the walk stops at the first failure. Returns the updated slot
-    table, head, accumulators and the ``Admission``.
+    Candidates (first-come-first-served, or by priority: the module docstring) are
+    admitted in order while they have arrived, a slot and a batch place are free, the
+    token budget holds (:func:`~models.bucketed.memory.token_gate`; what the resumes
+    used is gone), their pool has room (less the watermark) and no preempted slot
+    waits; the walk stops at the first failure. Returns the updated slot table, queue,
+    accumulators and the ``Admission``.
     """
     n, a = wl.size, cfg.admit_window
     scale = cfg.token_scale
     size_n, size_l = pools
-    cand = head + jnp.arange(a)
+    cand, off, ok_idx = _candidates(q, wl, clock, a)
     cc = jnp.minimum(cand, n - 1)
     c_arrival, c_output = wl.arrival_s[cc], wl.output_tokens[cc]
-    ok_idx = (cand < n) & wl.valid[cc]
     c_prompt = wl.prompt_tokens[cc]
     r, large_soft = pol.reserve(params, bounds, c_prompt.astype(jnp.float32),
                                 wl.pred_tokens[cc], wl.pred_u[cc], t, cfg)
@@ -112,7 +173,7 @@ def admit(sl: BucketSlots, head, acc: BucketAcc, bounds, rs: Resume, budget: Bud
     order = pick(rs.n_run + rank.astype(jnp.int32), sl.order)  # the running queue's tail
     t_admit = jnp.where(take, clock, sl.t_admit)
     status = jnp.where(take, 1, sl.status)
-    head = head + n_adm
+    q = q._replace(head=q.head + n_adm) if off is None else _take(q, off, admitted)
     if pol.counts_overflows:  # bucket overflows, counted (softly) at admission
         ovf = relax.soft_gt(c_output.astype(jnp.float32), r, t, scale,
                             margin=0.25) * (1.0 - large_soft)
@@ -124,17 +185,20 @@ def admit(sl: BucketSlots, head, acc: BucketAcc, bounds, rs: Resume, budget: Bud
                     reserved=reserved, peak_res=peak_res, r_admit=r_admit, large=large,
                     weight=weight, arrival=arrival, t_admit=t_admit, todo=todo,
                     order=order)
-    return sl, head, acc, Admission(take=take, chunk=chunk, n_adm=n_adm, ok_idx=ok_idx,
-                                    c_arrival=c_arrival, need=need, in_large=in_large)
+    return sl, q, acc, Admission(take=take, chunk=chunk, n_adm=n_adm, ok_idx=ok_idx,
+                                 off=off, c_arrival=c_arrival, need=need,
+                                 in_large=in_large)
 
 
-def drop_unservable(sl: BucketSlots, head, acc: BucketAcc, rs: Resume, ad: Admission,
+def drop_unservable(sl: BucketSlots, q: Queue, acc: BucketAcc, rs: Resume, ad: Admission,
                     n_run0, pools, slot, clock, cfg: ServerConfig, pol):
     """Drop rule: nothing runs (``n_run0`` running at the walk's start), nothing was
     admitted and the first waiting item can never fit its pool (less the watermark).
 
-    The first waiting preempted slot is freed, or else (no slot waits) the head request
-    is skipped; either counts as dropped. Returns the slot table, head and accumulators.
+    The first waiting preempted slot is freed, or else (no slot waits) the first waiting
+    request (the head; with priorities the walk's first candidate) is skipped; either
+    counts as dropped. Returns the slot table, queue (its head moved past what was
+    taken) and accumulators.
     """
     size_n, size_l = pools
     size_n = size_n - watermark(cfg, pol)
@@ -157,6 +221,9 @@ def drop_unservable(sl: BucketSlots, head, acc: BucketAcc, rs: Resume, ad: Admis
     pool0 = jnp.where(ad.in_large[0], large_room(pools, (0.0, 0.0), pol)[0], size_n)
     drop_h = (idle & ~any_waiting & ~drop_w & ad.ok_idx[0] & (ad.c_arrival[0] <= clock)
               & (ad.need[0] > pool0))
-    head = head + drop_h
+    if ad.off is None:
+        q = q._replace(head=q.head + drop_h)
+    else:
+        q = _advance(_take(q, ad.off[:1], drop_h[None]))
     acc = acc.replace(dropped=acc.dropped + drop_w + drop_h)
-    return sl.replace(status=status), head, acc
+    return sl.replace(status=status), q, acc

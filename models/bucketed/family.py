@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from models.bucketed import engine, memory, window
+from models.bucketed.admission import start_queue
 from models.bucketed.policies import get_policy
 from models.bucketed.state import (BucketAcc, BucketOptions, BucketRecord, BucketSlots,
                                    SimState)
@@ -28,6 +29,7 @@ _engine_cfg = jax.jit(engine.engine_cfg)
 
 class _Bucketed:
     name = "bucketed"
+    reads_priority = True  # Workload.priority orders admission (models.bucketed.admission)
     metrics_spec = {
         **CORE_METRICS,
         "kv_utilization": Metric("share", "actual KV (prompt + output) / largest reserved, "
@@ -79,9 +81,10 @@ class _Bucketed:
         win = window.init_window(ring, params, t, cfg, pol.adaptive_bounds, n_bounds)
         rec = init_record(wl.size, BucketRecord) if opts.record else None
         own = engine.engine_cfg(cfg, params, inputs.extra) if pol.engine else None
+        q = start_queue(wl, cfg)
         return SimState(slots=BucketSlots(**slot_fields(cfg.n_slots, BucketSlots)),
-                        head=jnp.int32(0), clock=jnp.float32(0.0), it=jnp.int32(0),
-                        win=win, acc=init_acc(BucketAcc), rec=rec, cfg=own)
+                        head=q.head, clock=jnp.float32(0.0), it=jnp.int32(0),
+                        win=win, acc=init_acc(BucketAcc), rec=rec, cfg=own, taken=q.taken)
 
     def step(self, state, inputs: Inputs, params, *, hw, t, opts: SimOptions):
         cfg = inputs.cfg if state.cfg is None else state.cfg

@@ -125,3 +125,6 @@ class SimState:
     # an engine system's server config (its parameters set capacity and batch limits;
     # models.bucketed.engine), None where the scenario's applies
     cfg: ServerConfig | None = None
+    # with per-request priorities: [W] bool, request head + i was admitted or dropped
+    # (models.bucketed.admission.Queue); None: first-come-first-served
+    taken: jax.Array | None = None

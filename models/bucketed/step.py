@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from hardware import Work, work_time
 from models import relax
 from models.bucketed import memory
-from models.bucketed.admission import Admission, admit, drop_unservable
+from models.bucketed.admission import Admission, Queue, admit, drop_unservable
 from models.bucketed.memory import (Budget, Overflow, Resume, in_queue, overflow, pool_sizes,
                                     resume)
 from models.bucketed.state import BucketAcc, BucketRecord, BucketSlots, SimState
@@ -164,20 +164,20 @@ def step(st: SimState, wl: Workload, cfg: ServerConfig, hw, params, t, pol,
         cont = jnp.zeros(sl.reserved.shape, jnp.float32)
     sl, rs = resume(sl, n_run0, n_wait, used, pools, slot, budget, params, t, cfg,
                     pol)  # 3a
-    sl, head, acc, ad = admit(  # 3b
-        sl, st.head, acc, st.win.bounds, rs, budget, n_free, pools, clock, wl,
+    sl, q, acc, ad = admit(  # 3b
+        sl, Queue(st.head, st.taken), acc, st.win.bounds, rs, budget, n_free, pools, clock, wl,
         params, t, cfg, pol)
     if not cfg.chunked:  # v0: an iteration that prefills runs no decode
         sl, acc, ov = overflow(sl, acc, pools, params, t, cfg, pol,
                                active=rs.n_res + ad.n_adm == 0)  # 2
-    sl, head, acc = drop_unservable(  # the drop rule
-        sl, head, acc, rs, ad, n_run0, pools, slot, clock, cfg, pol)
+    sl, q, acc = drop_unservable(  # the drop rule
+        sl, q, acc, rs, ad, n_run0, pools, slot, clock, cfg, pol)
     sl, clock, acc, now, first, (work, busy) = _advance(  # 4-5
         sl, acc, ov, rs, ad, cont, pools, clock, hw, params, cfg, pol)
     sl, acc, fin, rec = _complete(  # 6
         sl, acc, st.rec, ad.take, first, clock, st.it, wl.size, t, cfg, pol, hw)
-    new = SimState(slots=sl, head=head, clock=clock, it=st.it + 1, win=st.win, acc=acc,
-                   rec=rec, cfg=st.cfg)
+    new = SimState(slots=sl, head=q.head, clock=clock, it=st.it + 1, win=st.win, acc=acc,
+                   rec=rec, cfg=st.cfg, taken=q.taken)
     if log:
         return new, (jnp.sum(now), fin, IterLog(work=work, busy=busy, clock=clock))
     return new, (jnp.sum(now), fin)

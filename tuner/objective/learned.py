@@ -1,6 +1,7 @@
 """A learned per-request policy: a small flax MLP of each request's features sets how
 much its predicted output length is inflated (or deflated) before a bucketed system
-reserves KV memory for it.
+reserves KV memory for it (``target="inflation"``), or the request's scheduling
+priority (``target="priority"``).
 
 For ODMA the reservation of request ``i`` becomes ``pred_i m_i (1 + gamma u_i)`` with
 ``m_i = exp(M tanh(mlp(f_i)))`` in ``[e^-M, e^M]``: a per-request inflation, where the
@@ -9,6 +10,13 @@ every request. The features ``f_i`` are what the server knows at admission: the 
 length, the predicted output length and its uncertainty ``u`` (log lengths over
 log ``max_len``). The last layer starts at zero, so the start policy is the system's
 default exactly (``m_i = 1``).
+
+With ``target="priority"`` the MLP's output is request ``i``'s priority as vLLM V1's
+``--scheduling-policy priority`` reads it (lower first, ties by arrival;
+``Workload.priority``, ``models.bucketed.admission``): the zero start gives every request
+the same priority, first-come-first-served, the system's default. The order is a hard
+decision in both modes, so the relaxed gradient of the weights is zero: a priority
+policy is for the black-box searches and the gradient-free guided steps.
 
 :class:`LearnedProblem` is a :class:`tuner.objective.problem.Problem` whose theta is the
 MLP's weights (hundreds of coordinates): the same exact and relaxed evaluation, rate
@@ -32,10 +40,12 @@ from models.simulate import note_trace
 from tuner.objective.problem import Problem, _counted, _value_impl
 from tuner.objective.space import Space
 
-__all__ = ["FEATURES", "MLPSpace", "LearnedProblem", "multipliers"]
+__all__ = ["FEATURES", "MLPSpace", "LearnedProblem", "TARGETS", "multipliers",
+           "priorities"]
 
 FEATURES = ("log prompt / log max_len", "log predicted output / log max_len", "u")
 MAX_LOG_MULT = float(np.log(4.0))  # m_i in [1/4, 4]
+TARGETS = ("inflation", "priority")  # what the MLP's output sets
 
 
 class _MLP(nn.Module):
@@ -54,11 +64,15 @@ class MLPSpace:
     use (``names``, ``base``, ``coords``, ``to_theta``, ``to_params``, ``human``).
     Hashable by structure: a static argument of the jitted functions."""
 
-    def __init__(self, hidden=(12, 12), seed: int = 0):
+    def __init__(self, hidden=(12, 12), seed: int = 0, target: str = "inflation"):
         self.hidden = tuple(int(h) for h in hidden)
         if not self.hidden or min(self.hidden) < 1:
             raise ValueError(f"learned policy: hidden layer sizes must be >= 1, got "
                              f"{hidden}")
+        if target not in TARGETS:
+            raise ValueError(f"learned policy: target {target!r}: one of "
+                             f"{', '.join(TARGETS)}")
+        self.target = target
         self.module = _MLP(self.hidden)
         tree = self.module.init(jax.random.PRNGKey(seed),
                                 jnp.zeros((1, len(FEATURES)), jnp.float32))["params"]
@@ -68,7 +82,7 @@ class MLPSpace:
         self.seed = int(seed)
 
     def _key(self):
-        return ("mlp", self.hidden, self.seed)
+        return ("mlp", self.hidden, self.seed, self.target)
 
     def __hash__(self):
         return hash(self._key())
@@ -112,10 +126,19 @@ def multipliers(space: MLPSpace, theta: dict, wl, max_len) -> jax.Array:
     return jnp.exp(MAX_LOG_MULT * jnp.tanh(space.apply(theta, features(wl, max_len))))
 
 
+def priorities(space: MLPSpace, theta: dict, wl, max_len) -> jax.Array:
+    """[..., N] each request's priority (lower first); padding rows last."""
+    return jnp.where(wl.valid, space.apply(theta, features(wl, max_len)), jnp.inf)
+
+
 def _apply_policy(space, theta, x):
-    """The inputs with each request's prediction scaled by its multiplier (elementwise
-    over requests, so a CRN stack of inputs is scaled as it is)."""
+    """The inputs with each request's prediction scaled by its multiplier, or (target
+    ``priority``) with its priority set (elementwise over requests, so a CRN stack of
+    inputs is transformed as it is)."""
     wl = x.wl
+    if space.target == "priority":
+        return x.replace(wl=wl.replace(priority=priorities(space, theta, wl,
+                                                           x.cfg.max_len)))
     m = multipliers(space, theta, wl, x.cfg.max_len)
     return x.replace(wl=wl.replace(pred_tokens=wl.pred_tokens * m))
 
@@ -159,7 +182,8 @@ class LearnedProblem(Problem):
         spec = get_system(system)
         if spec.family != "bucketed":
             raise ValueError(f"learned policy: system {system!r} is not a bucketed system "
-                             "(the policy scales the predictions they reserve by)")
+                             "(the policy scales the predictions they reserve by, or "
+                             "sets the priorities they admit by)")
         super().__init__(scenarios, system, Space(spec, params, names=()), objective,
                          n_steps, rates)
         # the parent's args and statics (its space's base = the fixed parameters), with

@@ -175,6 +175,8 @@ class Scenario:
             return self
         fill = {"arrival_s": jnp.inf, "prompt_tokens": 1, "output_tokens": 1,
                 "pred_tokens": 1.0, "pred_u": 0.0, "valid": False}
+        if wl.priority is not None:  # padding rows come last
+            fill["priority"] = jnp.inf
         wl = Workload(**{f: jnp.concatenate([getattr(wl, f), jnp.full(k, v, getattr(
             wl, f).dtype)]) for f, v in fill.items()})
         return dataclasses.replace(self, workload=wl)
