@@ -86,8 +86,9 @@ def unwritable_reason(d) -> str | None:
     """None when folder ``d`` is (or can be made) writable; else why not. Leaves
     nothing behind: the nearest existing ancestor must be a folder where a file can be
     created (check an output folder before long work starts). Permission bits are not
-    enough: root passes ``os.access`` on a read-only mount's or ``/proc``'s folders, so
-    a temporary file is created there and removed."""
+    enough: root passes ``os.access`` on the folders of pseudo-filesystems such as
+    ``/proc`` (a read-only mount answers EROFS, for root too), so a temporary file is
+    created there and removed."""
     import os
     from pathlib import Path
 
