@@ -121,3 +121,28 @@ def test_priority_parity_on_random_workloads(case, data):
     wl = _with_priority(wl, np.asarray(prio, np.float32))
     cfg = dataclasses.replace(cfg, priority_window=data.draw(st.sampled_from([4, 6, 256])))
     _check_case((wl, cfg, kind, params, n, family))
+
+
+def test_priority_preemptions_refuses_bad_arguments(tmp_path, capsys):
+    from experiments.priority_preemptions import main
+
+    assert main(["--out", str(tmp_path / "o"), "--rates", "4,-1"]) == 2
+    assert "--rates" in capsys.readouterr().err
+    assert main(["--out", str(tmp_path / "o"), "--requests", "0"]) == 2
+    assert "--requests 0: must be >= 1" in capsys.readouterr().err
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["--out", str(blocker / "o")]) == 2
+    assert "--out" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_priority_preemptions_renders_what_it_measured():
+    from experiments.priority_preemptions import render
+
+    rows = [{"rate_rps": 4.4, "order": o, "preemptions": p, "completed": 10.0,
+             "dropped": 0.0, "slo_attainment": 0.9} for o, p in
+            (("fcfs", 0.0), ("short-prompt-first", 3.0))]
+    md = render({"requests": 10, "capacity_tokens": 1000, "rows": rows, "wall_s": 1.0})
+    assert "| 4.4 | short-prompt-first | 3 | 10 | 0 | 0.900 |" in md
+    assert "At most 3 preemptions in a run of 10 requests" in md
