@@ -121,7 +121,7 @@ def main(argv=None) -> int:
             raise ValueError(f"--holdout must be a share in [0, 1), got {args.holdout}")
         if not args.no_fit and not args.out:
             raise ValueError("--out PROFILE.json is required to fit (or pass --no-fit)")
-        _check_unread(ap, sys.argv[1:] if argv is None else argv, args)
+        _check_unread(ap, argv, args)
         if args.out:
             from tuner.cli import check_out
 

@@ -147,7 +147,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print the profile as JSON")
     args = ap.parse_args(argv)
     quant = None if args.quantization in (None, "none", "None") else args.quantization
-    unread = _unread_flags(ap, sys.argv[1:] if argv is None else argv, args.engine)
+    unread = _unread_flags(ap, argv, args.engine)
     if unread:
         sglang = ", ".join(a.option_strings[0] for a in ap._actions
                            if a.dest in SGLANG_ONLY)

@@ -4,16 +4,19 @@ entry point can refuse a flag that its other arguments make it ignore."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 __all__ = ["given_dests", "relaxed_temperature"]
 
 DEFAULT_TEMPERATURE = 0.05  # --mode relaxed without --temperature
 
 
-def given_dests(parser: argparse.ArgumentParser, argv) -> dict[str, str]:
-    """``{dest: option as typed in full}`` for every option in ``argv``, abbreviations
-    resolved as argparse resolves them (a unique prefix of one option string) and
-    ``--opt=value`` included."""
+def given_dests(parser: argparse.ArgumentParser, argv=None) -> dict[str, str]:
+    """``{dest: option as typed in full}`` for every option in ``argv`` (None: the
+    process's arguments, as ``parse_args`` reads them), abbreviations resolved as
+    argparse resolves them (a unique prefix of one option string) and ``--opt=value``
+    included."""
+    argv = sys.argv[1:] if argv is None else argv
     by_opt = {o: a.dest for a in parser._actions for o in a.option_strings}
     out: dict[str, str] = {}
     for tok in argv:

@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from tuner.common.argv import given_dests
 
-    given = given_dests(parser, sys.argv[1:] if argv is None else argv)
+    given = given_dests(parser, argv)
     try:
         # a flag the trace does not read is an error, not silently ignored
         if "seed" in given and args.trace != "default":  # known before any loading
