@@ -1,16 +1,28 @@
-"""Capacity (goodput) of the tuned ODMA policy vs its default and the baselines, per workload.
+"""Capacity (goodput) of the tuned policy vs its default and the baselines, per deployment.
 
-``python -m experiments.capacity_table --out DIR [--cases a,b] [--budget N] [--quick]``
+``python -m experiments.capacity_table --out DIR [--cases a,b|engine|odma] [--budget N]
+[--quick]``
 
-For each case (:data:`CASES`) the script runs the gradient fit in-process
-(``tuner.fit.main``: system ``odma``, the fit's default objective ``goodput_rps``, its
-default budget unless ``--budget`` is given, ``--export-anyway`` so the policy file is
-written whatever the verdict), times it, and reads the exported policy file
-``DIR/<case>.policy.json`` (kept). The fit validates the tuned policy, the default and
-every baseline (static, paged, S3) in exact mode on held-out windows x held-out seeds
-(mean with a Student-t 95% interval) and on the whole slice, and states a verdict
-(``win`` / ``tie`` / ``loss``) on paired held-out differences; this script only collects
-and tabulates what the fit measured.
+Two groups of cases (:data:`CASES`, :data:`GROUPS`):
+
+* ``engine`` (the default run): vLLM V1's engine arguments (system ``vllm-v1``) on the
+  named deployments of ``tuner.scenario.deployments`` that meet issue 31's stakes
+  criterion before any tuning (``experiments/deployment_stakes.py`` measures it on the
+  same deployments), each tuned by its deployment's own tuner, as ``tuner.fit
+  --deployment NAME`` runs it;
+* ``odma``: ODMA's policy (system ``odma``) on variants of the ``mlu370-azure``
+  deployment (the built-in workload, its KV cut to 200k tokens, the Azure conversation
+  trace, ShareGPT; Mooncake by name only), where the stakes measurement found little at
+  stake (``experiments/results/stakes/``).
+
+For each case the script runs the fit in-process (``tuner.fit.main``: the fit's default
+objective ``goodput_rps``, ``--export-anyway`` so the policy file is written whatever the
+verdict), times it, and reads the exported policy file ``DIR/<case>.policy.json``
+(kept). The fit validates the tuned policy, the default and every baseline of the system
+(ODMA: static, paged, S3; vllm-v1: paged, vLLM V1's scheduler at its default arguments)
+in exact mode on held-out windows x held-out seeds (mean with a Student-t 95% interval)
+and on the whole slice, and states a verdict (``win`` / ``tie`` / ``loss``) on paired
+held-out differences; this script only collects and tabulates what the fit measured.
 
 Goodput (``tuner.objective.capacity``) is the highest arrival rate, the trace's own arrival
 pattern rescaled, at which at least 90% of requests meet both the TTFT and the TPOT SLO.
@@ -45,33 +57,52 @@ from tuner.common.atomic import (plain, savefig_atomic, write_json_atomic,
                                  write_text_atomic)  # noqa: E402
 from experiments.results_io import png_metadata, stamp_markdown, stamped  # noqa: E402
 
-__all__ = ["CASES", "QUICK_ARGS", "POLICIES", "main", "run", "render_markdown",
+__all__ = ["CASES", "ENGINE_CASES", "GROUPS", "QUICK_ARGS", "POLICIES", "main", "run", "render_markdown",
            "render_png", "summarise_case"]
 
-SYSTEM = "odma"
 METRIC = "goodput_rps"  # the fit's default objective
 N = "2000"
-# (name, extra fit arguments, one-line description)
+# the ODMA cases vary the built-in ODMA deployment (the fit's default is another one)
+ODMA = ["--deployment", "mlu370-azure", "--system", "odma"]
+# issue 31's deployments with stakes (tuner.scenario.deployments; their stakes:
+# experiments/results/deployment_stakes/): vLLM V1's engine arguments, each case the fit
+# on the named deployment as it stands
+ENGINE_CASES = ("h100-interactive", "h100-azure-conv", "a100-interactive",
+                "h100-14b-interactive")
+
+
+def _engine_case(name: str) -> tuple[str, list[str], str]:
+    from tuner.scenario.deployments import DEPLOYMENTS
+
+    return (name, ["--deployment", name], DEPLOYMENTS[name].description)
+
+
+# (name, fit arguments, one-line description)
 CASES: tuple[tuple[str, list[str], str], ...] = (
-    ("builtin", [],
-     "the built-in default workload: 2,000 requests derived from the Azure LLM 2023 "
-     "conversation trace, DeepSeek-R1-Distill-Qwen-7B on MLU370-X4"),
-    ("builtin-tight", ["--capacity-tokens", "200000"],
-     "the built-in workload with the KV capacity cut to 200k tokens, so memory binds"),
-    ("azure-conv", ["--trace", "azure-conv", "--n-requests", N],
-     "Azure LLM inference 2023 conversation trace, its real arrivals (first 2,000 "
-     "requests)"),
-    ("mooncake", ["--trace", "mooncake", "--n-requests", N],
-     "Mooncake conversation trace: bursty arrivals, long prompts (first 2,000 requests)"),
-    ("sharegpt", ["--trace", "sharegpt", "--n-requests", N],
-     "ShareGPT chat lengths (first 2,000 requests); lengths only, so arrivals are drawn "
-     "(the fit warns)"),
+    *(_engine_case(n) for n in ENGINE_CASES),
+    ("builtin", ODMA,
+     "ODMA on the built-in default workload: 2,000 requests derived from the Azure LLM "
+     "2023 conversation trace, DeepSeek-R1-Distill-Qwen-7B on MLU370-X4"),
+    ("builtin-tight", ODMA + ["--capacity-tokens", "200000"],
+     "ODMA on the built-in workload with the KV capacity cut to 200k tokens, so memory "
+     "binds"),
+    ("azure-conv", ODMA + ["--trace", "azure-conv", "--n-requests", N],
+     "ODMA on the Azure LLM inference 2023 conversation trace, its real arrivals (first "
+     "2,000 requests)"),
+    ("mooncake", ODMA + ["--trace", "mooncake", "--n-requests", N],
+     "ODMA on the Mooncake conversation trace: bursty arrivals, long prompts (first "
+     "2,000 requests)"),
+    ("sharegpt", ODMA + ["--trace", "sharegpt", "--n-requests", N],
+     "ODMA on ShareGPT chat lengths (first 2,000 requests); lengths only, so arrivals "
+     "are drawn (the fit warns)"),
 )
-# the default run leaves out mooncake: with SLOs of 25x the trace's *mean* uncontended
+ALL_CASES = tuple(c[0] for c in CASES)
+# the odma group leaves out mooncake: with SLOs of 25x the trace's *mean* uncontended
 # latency its long-tailed prompts miss them even unloaded (goodput ~0.0006 req/s), and
 # the nearly serial runs at that rate did not finish a fit in 8 minutes (README)
-ALL_CASES = tuple(c[0] for c in CASES)
-CASE_NAMES = tuple(c for c in ALL_CASES if c != "mooncake")  # the default run
+GROUPS = {"engine": ENGINE_CASES,
+          "odma": ("builtin", "builtin-tight", "azure-conv", "sharegpt")}
+CASE_NAMES = GROUPS["engine"]  # the default run
 QUICK_CASES = ("builtin",)
 QUICK_ARGS = ["--n-requests", "256", "--windows", "1", "--slots", "32", "--budget", "1",
               "--holdout-seeds", "2"]
@@ -121,6 +152,7 @@ def summarise_case(doc: dict) -> dict:
     ver = doc["verdict"]
     wl = doc.get("workload") or {}
     return {
+        "system": doc.get("system"),
         "verdict": {k: ver.get(k) for k in ("outcome", "sentence", "best_baseline",
                                             "comparisons")},
         "slo": doc.get("slo"),
@@ -163,8 +195,7 @@ class _Tee(io.TextIOBase):
 
 
 def _fit_argv(case_argv: list[str], quick: bool, budget: int | None, out: Path) -> list:
-    # the cases vary the built-in ODMA deployment (the fit's default is another one)
-    argv = ["--deployment", "mlu370-azure", "--system", SYSTEM, *case_argv]
+    argv = list(case_argv)
     if quick:
         argv += QUICK_ARGS
     if budget is not None:  # after QUICK_ARGS: the last --budget wins
@@ -220,7 +251,9 @@ def run(names: list[str], out_dir: Path, quick: bool = False,
     t0 = time.perf_counter()
     cases = {c[0]: c for c in CASES}
     res = {"setup": {
-        "system": SYSTEM, "metric": METRIC,
+        "systems": {n: ("odma" if cases[n][1][:len(ODMA)] == ODMA else "vllm-v1")
+                    for n in names},
+        "metric": METRIC,
         "objective": "the fit's default (goodput_rps)",
         "goodput": "highest arrival rate (the trace's own arrival pattern rescaled) at "
                    "which >= 90% of requests meet both the TTFT and the TPOT SLO "
@@ -378,29 +411,39 @@ def _findings_md(res: dict) -> list[str]:
     return L
 
 
+def _tuned(e: dict) -> str:
+    """The tuned policy in a cell: ODMA's bucket bounds (tokens), else its parameters."""
+    if e.get("bucket_bounds_tokens"):
+        return f"bounds {e['bucket_bounds_tokens']} tokens"
+    params = e.get("params") or {}
+    return ", ".join(f"{k} {_num(v) if _ok(v) else v}" for k, v in params.items()) or "—"
+
+
 def render_markdown(res: dict) -> str:
     s = res["setup"]
     cases = res["cases"]
     L = ["# Goodput of the tuned policy vs its default and the baselines", ""]
-    L.append(f"System {s['system']}; objective {s['objective']}: {s['goodput']}. "
+    systems = sorted(set((s.get("systems") or {}).values()) | {
+        e["system"] for e in cases.values() if e.get("system")})
+    L.append(f"Systems {', '.join(systems)}; objective {s['objective']}: {s['goodput']}. "
              f"Budget: {s['budget']}"
              + ("; quick run (" + " ".join(s["quick_args"]) + ")" if s["quick"] else "")
              + f". Intervals: {s['intervals']}.")
     L.append("")
-    L.append("| case | description | requests | trace rate (req/s) | SLO TTFT / TPOT (s) "
-             "| fit wall (s) | exit | verdict | tuned bucket bounds (tokens) |")
-    L.append("|---|---|---|---|---|---|---|---|---|")
+    L.append("| case | system | description | requests | trace rate (req/s) | SLO TTFT / "
+             "TPOT (s) | fit wall (s) | exit | verdict | tuned policy |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|")
     for name, e in cases.items():
         if "error" in e:
-            L.append(f"| {name} | {e['description']} | — | — | — | {e['wall_s']:.0f} | "
+            L.append(f"| {name} | — | {e['description']} | — | — | — | {e['wall_s']:.0f} | "
                      f"{e['exit_code']} | failed: {e['error']} | — |")
             continue
         w, slo = e.get("workload") or {}, e.get("slo") or {}
-        L.append(f"| {name} | {e['description']} | {w.get('requests', '—')} | "
+        L.append(f"| {name} | {e.get('system') or '—'} | {e['description']} | "
+                 f"{w.get('requests', '—')} | "
                  f"{_num(w.get('rate_rps'), '.3g')} | {_num(slo.get('ttft_s'), '.3g')} / "
                  f"{_num(slo.get('tpot_s'), '.3g')} | {e['wall_s']:.0f} | "
-                 f"{e['exit_code']} | {e['verdict']['outcome']} | "
-                 f"{e.get('bucket_bounds_tokens') or '—'} |")
+                 f"{e['exit_code']} | {e['verdict']['outcome']} | {_tuned(e)} |")
     L.append("")
     L.append("## Goodput per case and policy")
     L.append("")
@@ -487,8 +530,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True,
                     help="folder for the table files and the per-case policy files")
     ap.add_argument("--cases", default=None,
-                    help="comma-separated subset of: " + ", ".join(ALL_CASES)
-                    + " (default: all but mooncake; with --quick: " + ", ".join(QUICK_CASES) + ")")
+                    help="comma-separated cases or groups: " + ", ".join(ALL_CASES)
+                    + "; groups " + ", ".join(f"{g} ({', '.join(c)})" for g, c in
+                                              GROUPS.items())
+                    + " (default: engine; with --quick: " + ", ".join(QUICK_CASES) + ")")
     ap.add_argument("--budget", type=int, default=None,
                     help="optimiser steps per fit (default: the fit's default)")
     ap.add_argument("--append", action="store_true",
@@ -500,11 +545,13 @@ def main(argv=None) -> int:
     if args.cases is None:
         names = list(QUICK_CASES if args.quick else CASE_NAMES)
     else:
-        names = [c.strip() for c in args.cases.split(",") if c.strip()]
+        names = [n for c in args.cases.split(",") if c.strip()
+                 for n in GROUPS.get(c.strip(), (c.strip(),))]
         bad = [c for c in names if c not in ALL_CASES]
         if bad or not names:
             return _error(f"--cases: unknown case(s) {', '.join(bad) or '(none given)'}; "
-                          f"choose from {', '.join(ALL_CASES)}")
+                          f"choose from {', '.join(ALL_CASES)} or the groups "
+                          f"{', '.join(GROUPS)}")
         names = list(dict.fromkeys(names))
     if args.budget is not None and args.budget < 1:
         return _error(f"--budget must be >= 1, got {args.budget}")

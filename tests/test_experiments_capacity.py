@@ -82,6 +82,7 @@ def test_json_has_the_case_and_its_policies(quick_run):
     assert e["slo"]["ttft_s"] > 0 and e["slo"]["tpot_s"] > 0
     assert e["workload"]["requests"] == 256
     assert e["params"] == doc["params"] and e["bucket_bounds_tokens"]
+    assert e["system"] == doc["system"] == res["setup"]["systems"]["builtin"] == "odma"
     assert set(POLICIES) <= set(e["policies"])
     mets = {"tuned": doc["metrics"]["tuned"], "default": doc["metrics"]["default"],
             **doc["metrics"]["baselines"]}
@@ -116,3 +117,46 @@ def test_bad_case_name_writes_nothing(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "nope" in err[0]
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_engine_cases_are_the_named_deployments_and_odma_cases_vary_one():
+    """The default run is the engine group: each case the fit on a named vllm-v1
+    deployment as it stands; the odma cases vary the mlu370-azure deployment."""
+    from pathlib import Path
+
+    from tuner.scenario.deployments import DEPLOYMENTS
+
+    assert ct.CASE_NAMES == ct.GROUPS["engine"] == ct.ENGINE_CASES
+    assert len(ct.ENGINE_CASES) >= 4
+    cases = {c[0]: c for c in ct.CASES}
+    for name in ct.ENGINE_CASES:
+        argv = ct._fit_argv(cases[name][1], False, None, Path("p.json"))
+        assert argv[:2] == ["--deployment", name] and "--system" not in argv
+        assert DEPLOYMENTS[name].system == "vllm-v1"
+        assert cases[name][2] == DEPLOYMENTS[name].description
+    for name in ct.GROUPS["odma"]:
+        assert cases[name][1][:4] == ct.ODMA == ["--deployment", "mlu370-azure",
+                                                 "--system", "odma"]
+
+
+def test_a_group_name_expands_to_its_cases(tmp_path, monkeypatch):
+    seen = []
+
+    class Ran(Exception):
+        pass
+
+    def fake_run(names, *a, **k):
+        seen.append(list(names))
+        raise Ran
+
+    monkeypatch.setattr(ct, "run", fake_run)
+    with pytest.raises(Ran):
+        ct.main(["--out", str(tmp_path / "o"), "--cases", "odma,h100-interactive,builtin"])
+    assert seen == [["builtin", "builtin-tight", "azure-conv", "sharegpt",
+                     "h100-interactive"]]
+
+
+def test_the_tuned_cell_shows_bounds_or_the_parameters():
+    assert ct._tuned({"bucket_bounds_tokens": [312, 585]}) == "bounds [312, 585] tokens"
+    cell = ct._tuned({"params": {"max_num_seqs": 128.0, "gpu_memory_utilization": 0.979952}})
+    assert cell == "max_num_seqs 128, gpu_memory_utilization 0.98"
