@@ -412,8 +412,9 @@ def _findings_md(res: dict) -> list[str]:
 
 
 def _tuned(e: dict) -> str:
-    """The tuned policy in a cell: ODMA's bucket bounds (tokens), else its parameters."""
-    if e.get("bucket_bounds_tokens"):
+    """The tuned policy in a cell: ODMA's bucket bounds (tokens), else its parameters
+    (an engine's policy file derives one 'bucket', its KV block, which says nothing)."""
+    if e.get("system", "odma") == "odma" and e.get("bucket_bounds_tokens"):
         return f"bounds {e['bucket_bounds_tokens']} tokens"
     params = e.get("params") or {}
     return ", ".join(f"{k} {_num(v) if _ok(v) else v}" for k, v in params.items()) or "—"

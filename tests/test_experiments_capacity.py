@@ -158,5 +158,9 @@ def test_a_group_name_expands_to_its_cases(tmp_path, monkeypatch):
 
 def test_the_tuned_cell_shows_bounds_or_the_parameters():
     assert ct._tuned({"bucket_bounds_tokens": [312, 585]}) == "bounds [312, 585] tokens"
-    cell = ct._tuned({"params": {"max_num_seqs": 128.0, "gpu_memory_utilization": 0.979952}})
-    assert cell == "max_num_seqs 128, gpu_memory_utilization 0.98"
+    params = {"max_num_seqs": 128.0, "gpu_memory_utilization": 0.979952}
+    want = "max_num_seqs 128, gpu_memory_utilization 0.98"
+    assert ct._tuned({"params": params}) == want
+    # an engine's policy file derives its KV block as one bucket: its parameters instead
+    assert ct._tuned({"system": "vllm-v1", "params": params,
+                      "bucket_bounds_tokens": [16]}) == want
