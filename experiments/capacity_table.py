@@ -57,8 +57,8 @@ from tuner.common.atomic import (plain, savefig_atomic, write_json_atomic,
                                  write_text_atomic)  # noqa: E402
 from experiments.results_io import png_metadata, stamp_markdown, stamped  # noqa: E402
 
-__all__ = ["CASES", "ENGINE_CASES", "GROUPS", "QUICK_ARGS", "POLICIES", "main", "run", "render_markdown",
-           "render_png", "summarise_case"]
+__all__ = ["CASES", "ENGINE_CASES", "GROUPS", "QUICK_ARGS", "POLICIES", "main", "run",
+           "render_markdown", "render_png", "summarise_case"]
 
 METRIC = "goodput_rps"  # the fit's default objective
 N = "2000"
@@ -69,6 +69,16 @@ ODMA = ["--deployment", "mlu370-azure", "--system", "odma"]
 # on the named deployment as it stands
 ENGINE_CASES = ("h100-interactive", "h100-azure-conv", "a100-interactive",
                 "h100-14b-interactive")
+
+
+def _case_system(case_argv: list[str]) -> str:
+    """The system a case's fit tunes, as ``tuner.fit`` resolves it: ``--system`` if
+    given, else its ``--deployment``'s."""
+    from tuner.scenario.deployments import DEPLOYMENTS
+
+    if "--system" in case_argv:
+        return case_argv[case_argv.index("--system") + 1]
+    return DEPLOYMENTS[case_argv[case_argv.index("--deployment") + 1]].system
 
 
 def _engine_case(name: str) -> tuple[str, list[str], str]:
@@ -251,8 +261,7 @@ def run(names: list[str], out_dir: Path, quick: bool = False,
     t0 = time.perf_counter()
     cases = {c[0]: c for c in CASES}
     res = {"setup": {
-        "systems": {n: ("odma" if cases[n][1][:len(ODMA)] == ODMA else "vllm-v1")
-                    for n in names},
+        "systems": {n: _case_system(cases[n][1]) for n in names},
         "metric": METRIC,
         "objective": "the fit's default (goodput_rps)",
         "goodput": "highest arrival rate (the trace's own arrival pattern rescaled) at "

@@ -134,6 +134,7 @@ def test_engine_cases_are_the_named_deployments_and_odma_cases_vary_one():
         assert argv[:2] == ["--deployment", name] and "--system" not in argv
         assert DEPLOYMENTS[name].system == "vllm-v1"
         assert cases[name][2] == DEPLOYMENTS[name].description
+        assert ct._case_system(cases[name][1]) == "vllm-v1"
     for name in ct.GROUPS["odma"]:
         assert cases[name][1][:4] == ct.ODMA == ["--deployment", "mlu370-azure",
                                                  "--system", "odma"]
