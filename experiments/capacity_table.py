@@ -57,8 +57,8 @@ from tuner.common.atomic import (plain, savefig_atomic, write_json_atomic,
                                  write_text_atomic)  # noqa: E402
 from experiments.results_io import png_metadata, stamp_markdown, stamped  # noqa: E402
 
-__all__ = ["CASES", "ENGINE_CASES", "GROUPS", "QUICK_ARGS", "POLICIES", "main", "run",
-           "render_markdown", "render_png", "summarise_case"]
+__all__ = ["CASES", "ENGINE_CASES", "GROUPS", "QUICK_ARGS", "POLICIES", "chart_layout",
+           "main", "run", "render_markdown", "render_png", "summarise_case"]
 
 METRIC = "goodput_rps"  # the fit's default objective
 N = "2000"
@@ -498,12 +498,13 @@ def render_png(res: dict, path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    names = [n for n, e in res["cases"].items() if "error" not in e]
+    names, scale, shown = chart_layout(res)
+    scale = np.asarray(scale)
     fig, ax = plt.subplots(figsize=(max(7.0, 1.9 * len(names) + 3.5), 4.6))
-    k = len(CHART_POLICIES)
+    k = len(shown)
     width = 0.8 / k
     x = np.arange(len(names))
-    for i, p in enumerate(CHART_POLICIES):
+    for i, p in enumerate(shown):
         ms = [res["cases"][n]["policies"].get(p) for n in names]
         vals = np.array([m[METRIC] if m and _ok(m[METRIC]) else np.nan for m in ms])
         err = np.zeros((2, len(names)))
@@ -512,14 +513,17 @@ def render_png(res: dict, path) -> None:
             if _ok(lo) and _ok(hi) and np.isfinite(vals[j]):
                 err[:, j] = [max(vals[j] - lo, 0.0), max(hi - vals[j], 0.0)]
         pos = x + (i - (k - 1) / 2) * width
-        ax.bar(pos, vals, width, yerr=err, capsize=3, label=p, color=COLORS.get(p),
-               error_kw={"lw": 0.9})
-        whole = [m["whole_trace"][METRIC] if m and _ok(m["whole_trace"][METRIC])
-                 else np.nan for m in ms]
-        ax.plot(pos, whole, "kx", ms=5, label="whole slice" if i == 0 else None)
-    ax.set_xticks(x, [f"{n}\n({res['cases'][n]['verdict']['outcome']})" for n in names])
-    ax.set_ylabel("goodput (req/s, >= 90% within SLOs)")
-    ax.set_title("Held-out goodput, mean with 95% interval (x: whole slice)")
+        ax.bar(pos, vals / scale, width, yerr=err / scale, capsize=3, label=p,
+               color=COLORS.get(p), error_kw={"lw": 0.9})
+        whole = np.array([m["whole_trace"][METRIC] if m and _ok(m["whole_trace"][METRIC])
+                          else np.nan for m in ms])
+        ax.plot(pos, whole / scale, "kx", ms=5, label="whole slice" if i == 0 else None)
+    ax.axhline(1.0, color="0.5", lw=0.8, ls=":")
+    ax.set_xticks(x, [f"{n}\n({res['cases'][n]['verdict']['outcome']}; default "
+                      f"{_num(s)} req/s)" for n, s in zip(names, scale)], fontsize=8)
+    ax.set_ylabel("goodput / the default's (held out)")
+    ax.set_title("Held-out goodput over each case's default, mean with 95% interval "
+                 "(x: whole slice)", fontsize=10)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
@@ -529,6 +533,21 @@ def render_png(res: dict, path) -> None:
 
 
 # --------------------------------------------------------------------------- CLI
+def chart_layout(res: dict) -> tuple[list, list, list]:
+    """The chart's cases, each case's unit and the policies drawn. Each case is drawn
+    over its own default's held-out mean goodput (1 where it has none), so that cases
+    whose goodputs differ tenfold share one axis; a policy that no case ran (static for
+    vLLM's engine cases) gets no bar and no legend entry."""
+    names = [n for n, e in res["cases"].items() if "error" not in e]
+    scale = []
+    for n in names:
+        v = (res["cases"][n]["policies"].get("default") or {}).get(METRIC)
+        scale.append(float(v) if _ok(v) and v > 0 else 1.0)
+    shown = [p for p in CHART_POLICIES
+             if any(res["cases"][n]["policies"].get(p) for n in names)]
+    return names, scale, shown
+
+
 def _error(msg: str) -> int:
     print(f"error: {msg}", file=sys.stderr)
     return 2

@@ -165,3 +165,21 @@ def test_the_tuned_cell_shows_bounds_or_the_parameters():
     # an engine's policy file derives its KV block as one bucket: its parameters instead
     assert ct._tuned({"system": "vllm-v1", "params": params,
                       "bucket_bounds_tokens": [16]}) == want
+
+
+def test_the_chart_draws_each_case_over_its_default_and_only_policies_that_ran():
+    def pol(v):
+        return {"goodput_rps": v}
+
+    res = {"cases": {
+        "engine": {"policies": {"tuned": pol(8.0), "default": pol(4.0), "paged": pol(4.2)}},
+        "odma": {"policies": {"tuned": pol(30.0), "default": pol(15.0),
+                              "paged": pol(16.0)}},
+        "broken": {"error": "the fit failed"},
+        "no-default": {"policies": {"tuned": pol(2.0)}}}}
+    names, scale, shown = ct.chart_layout(res)
+    assert names == ["engine", "odma", "no-default"]
+    assert scale == [4.0, 15.0, 1.0]
+    assert shown == ["tuned", "default", "paged"]  # static ran nowhere: not drawn
+    res["cases"]["odma"]["policies"]["static"] = pol(14.0)
+    assert ct.chart_layout(res)[2] == ["tuned", "default", "static", "paged"]
